@@ -1,0 +1,1 @@
+"""Command line and web interfaces: `cli` (typer), `ui` (gradio)."""

@@ -1,0 +1,1 @@
+"""Indexing: extract files to text, chunk, embed, store in LanceDB."""

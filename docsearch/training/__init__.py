@@ -1,0 +1,1 @@
+"""Fine-tuning: losses (pure functions), training data, the trainer."""
