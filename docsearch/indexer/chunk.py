@@ -1,0 +1,276 @@
+"""Document -> chunks that fit the encoder, cut on the document's own structure.
+
+A document that fits the encoder's window is one chunk (a long-context encoder reads it whole).
+Otherwise it is split recursively: at headings (Markdown `#`, "ARTICLE VII", "7.2 Termination",
+short ALL-CAPS lines), then paragraphs, lines, sentences, and only as a last resort at token
+boundaries; neighbouring pieces are packed back together up to the budget. Token counts come
+from the encoder's own tokenizer. Each chunk keeps its character span, pages and heading path.
+Not here: tables kept whole, late chunking, semantic (embedding-based) splits.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from docsearch.indexer.extract import Document
+
+CHUNKER_VERSION = 1
+
+CountTokens = Callable[[Sequence[str]], list[int]]
+TokenSpans = Callable[[str], list[tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class ChunkerSettings:
+    max_tokens: int  # window budget in content tokens
+    overlap_tokens: int = 0  # tokens repeated from the previous window, at sentence granularity
+    version: int = CHUNKER_VERSION
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    ordinal: int
+    text: str
+    char_start: int  # span in Document.text
+    char_end: int
+    page_start: int
+    page_end: int
+    heading_path: str  # "ARTICLE 7 > 7.2 Termination"
+    n_tokens: int
+    truncated: bool = False  # the encoder will cut it (only when a single token run is too long)
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Headings
+
+_MARKDOWN = re.compile(r"^(#{1,6})\s+(\S.*)$")
+_PART = re.compile(
+    r"^(?:ARTICLE|Article|CHAPTER|Chapter|PART|Part|SCHEDULE|Schedule|EXHIBIT|Exhibit|"
+    r"ANNEX|Annex|APPENDIX|Appendix)\s+(?:[IVXLC]+|\d+|[A-Z])\b"
+)
+_NUMBERED = re.compile(r"^(?:(?:Section|SECTION|§)\s*)?(\d{1,3}(?:\.\d{1,3}){0,4})[.)]?\s+[A-Z(]")
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9§])")
+
+
+def heading_level(line: str) -> int:
+    """0 for body text, else the heading's depth (1 = top). Looks at one line only."""
+    line = line.strip()
+    if not line or len(line) > 150:
+        return 0
+    if m := _MARKDOWN.match(line):
+        return len(m.group(1))
+    if _PART.match(line):
+        return 1
+    if m := _NUMBERED.match(line):
+        return m.group(1).count(".") + 1
+    words = line.split()
+    if len(words) <= 8 and line.isupper() and any(c.isalpha() for c in line) and line[-1] != ".":
+        return 1
+    return 0
+
+
+def heading_title(line: str) -> str:
+    """The label shown in a heading path: the line without '#' marks, cut at the first sentence."""
+    line = _MARKDOWN.sub(r"\2", line.strip())
+    first = re.split(r"(?<=\.)\s", line, maxsplit=1)[0] if len(line) > 80 else line
+    return first[:80].rstrip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting a span at one kind of boundary
+
+
+def _strip(text: str, span: Span) -> Span | None:
+    start, end = span.start, span.end
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return Span(start, end) if end > start else None
+
+
+def _cut(text: str, span: Span, offsets: list[int]) -> list[Span]:
+    """Split `span` before each absolute offset in `offsets`, dropping blank pieces."""
+    bounds = [span.start, *[o for o in offsets if span.start < o < span.end], span.end]
+    pieces = (_strip(text, Span(a, b)) for a, b in zip(bounds, bounds[1:], strict=False))
+    return [p for p in pieces if p is not None]
+
+
+def _line_starts(text: str, span: Span) -> list[int]:
+    starts = [span.start] + [m.end() for m in re.finditer("\n", text[span.start : span.end])]
+    return [s if i == 0 else span.start + s for i, s in enumerate(starts)]
+
+
+def split_at_headings(text: str, span: Span, level: int) -> list[Span]:
+    """Cut before every line that is a heading of depth <= `level`."""
+    cuts = []
+    for start in _line_starts(text, span):
+        end = text.find("\n", start, span.end)
+        line = text[start : span.end if end < 0 else end]
+        depth = heading_level(line)
+        if 0 < depth <= level:
+            cuts.append(start)
+    return _cut(text, span, cuts)
+
+
+def split_paragraphs(text: str, span: Span) -> list[Span]:
+    chunk = text[span.start : span.end]
+    return _cut(text, span, [span.start + m.end() for m in re.finditer(r"\n[ \t]*\n", chunk)])
+
+
+def split_lines(text: str, span: Span) -> list[Span]:
+    return _cut(text, span, _line_starts(text, span))
+
+
+def split_sentences(text: str, span: Span) -> list[Span]:
+    chunk = text[span.start : span.end]
+    return _cut(text, span, [span.start + m.end() for m in _SENTENCE_END.finditer(chunk)])
+
+
+# ---------------------------------------------------------------------------------------------
+# The recursive splitter
+
+
+class Chunker:
+    """Splits documents for one encoder tokenizer and one `ChunkerSettings`."""
+
+    def __init__(
+        self, settings: ChunkerSettings, count_tokens: CountTokens, token_spans: TokenSpans
+    ) -> None:
+        if settings.max_tokens < 8:
+            raise ValueError("max_tokens must be at least 8")
+        self.settings = settings
+        self.count_tokens = count_tokens
+        self.token_spans = token_spans
+
+    def chunk(self, doc: Document) -> list[Chunk]:
+        text = doc.text
+        whole = _strip(text, Span(0, len(text)))
+        if whole is None:
+            return []
+        pieces = self._fit(text, [whole], level=0)
+        windows = self._pack(text, pieces)
+        return self._finish(doc, text, windows)
+
+    # Levels 0..5 cut at headings of depth <= level+1, then paragraphs, lines, sentences, tokens.
+    def _split(self, text: str, span: Span, level: int) -> list[Span]:
+        if level < 6:
+            return split_at_headings(text, span, level + 1)
+        if level == 6:
+            return split_paragraphs(text, span)
+        if level == 7:
+            return split_lines(text, span)
+        if level == 8:
+            return split_sentences(text, span)
+        return self._split_tokens(text, span)
+
+    def _fit(
+        self, text: str, spans: list[Span], level: int, counts: list[int] | None = None
+    ) -> list[tuple[Span, int]]:
+        """Spans with token counts, each within budget (recursing to finer boundaries)."""
+        if counts is None:
+            counts = self.count_tokens([text[s.start : s.end] for s in spans])
+        out: list[tuple[Span, int]] = []
+        for span, n in zip(spans, counts, strict=True):
+            if n <= self.settings.max_tokens or level > 9:
+                out.append((span, n))
+                continue
+            parts = self._split(text, span, level)
+            if len(parts) <= 1 and level < 9:  # this boundary does not occur here: go finer
+                out.extend(self._fit(text, [span], level + 1, [n]))
+            else:
+                out.extend(self._fit(text, parts, level + 1))
+        return out
+
+    def _split_tokens(self, text: str, span: Span) -> list[Span]:
+        """Hard windows of max_tokens tokens: the last resort for text without boundaries."""
+        tokens = self.token_spans(text[span.start : span.end])
+        size = self.settings.max_tokens
+        cuts = [span.start + tokens[i][0] for i in range(size, len(tokens), size)]
+        return _cut(text, span, cuts)
+
+    def _pack(self, text: str, pieces: list[tuple[Span, int]]) -> list[list[tuple[Span, int]]]:
+        """Greedy: consecutive pieces share a window while the budget allows; optional overlap."""
+        budget, overlap = self.settings.max_tokens, self.settings.overlap_tokens
+        windows: list[list[tuple[Span, int]]] = []
+        current: list[tuple[Span, int]] = []
+        used = 0
+        for piece in pieces:
+            if current and used + piece[1] > budget:
+                windows.append(current)
+                current = self._overlap_tail(current, overlap, budget - piece[1])
+                used = sum(n for _, n in current)
+            current.append(piece)
+            used += piece[1]
+        if current:
+            windows.append(current)
+        return windows
+
+    @staticmethod
+    def _overlap_tail(
+        window: list[tuple[Span, int]], overlap: int, room: int
+    ) -> list[tuple[Span, int]]:
+        tail: list[tuple[Span, int]] = []
+        used = 0
+        for piece in reversed(window[1:]):  # never repeat a whole window
+            if used + piece[1] > min(overlap, room):
+                break
+            tail.insert(0, piece)
+            used += piece[1]
+        return tail
+
+    def _finish(
+        self, doc: Document, text: str, windows: list[list[tuple[Span, int]]]
+    ) -> list[Chunk]:
+        spans = [Span(w[0][0].start, w[-1][0].end) for w in windows]
+        texts = [text[s.start : s.end] for s in spans]
+        counts = self.count_tokens(texts)
+        headings = HeadingIndex(text)
+        return [
+            Chunk(
+                ordinal=i,
+                text=chunk_text,
+                char_start=span.start,
+                char_end=span.end,
+                page_start=doc.page_at(span.start),
+                page_end=doc.page_at(span.end - 1),
+                heading_path=headings.path_at(span.start),
+                n_tokens=n,
+                truncated=n > self.settings.max_tokens,
+            )
+            for i, (span, chunk_text, n) in enumerate(zip(spans, texts, counts, strict=True))
+        ]
+
+
+class HeadingIndex:
+    """The heading path in force at any character offset of a text."""
+
+    def __init__(self, text: str) -> None:
+        self._marks: list[tuple[int, str]] = []  # (offset, "A > B > C")
+        stack: list[tuple[int, str]] = []
+        for start in _line_starts(text, Span(0, len(text))):
+            end = text.find("\n", start)
+            line = text[start : len(text) if end < 0 else end]
+            level = heading_level(line)
+            if level:
+                while stack and stack[-1][0] >= level:
+                    stack.pop()
+                stack.append((level, heading_title(line)))
+                self._marks.append((start, " > ".join(t for _, t in stack)))
+        self._starts = [start for start, _ in self._marks]
+
+    def path_at(self, offset: int) -> str:
+        i = bisect_right(self._starts, offset) - 1
+        return self._marks[i][1] if i >= 0 else ""

@@ -1,0 +1,121 @@
+"""Getting a collection ready to index: which encoder, which chunker, which store.
+
+Shared by the CLI, the UI and `docsearch eval`. An existing collection keeps the encoder and
+chunker it was built with (asking for another is refused); a new one takes the requested encoder,
+or the default one, and falls back to lexical-only (BM25) with a warning when the default encoder
+cannot run here. `encoder="none"` asks for a lexical-only collection on purpose.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from docsearch.encoders.base import Encoder, encoder_from_spec, get_encoder
+from docsearch.errors import EncoderUnavailableError
+from docsearch.indexer.chunk import Chunker, ChunkerSettings
+from docsearch.indexer.store import CollectionMeta, Store, list_collections
+
+log = logging.getLogger(__name__)
+
+LEXICAL_ONLY = "none"
+DEFAULT_LEXICAL_WINDOW = 400  # words per chunk when there is no encoder to set the window
+_WORD = re.compile(r"\w+")
+
+
+@dataclass
+class Prepared:
+    store: Store
+    encoder: Encoder | None
+    chunker: Chunker
+
+
+def word_count(texts: Sequence[str]) -> list[int]:
+    return [len(_WORD.findall(t)) for t in texts]
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _WORD.finditer(text)]
+
+
+def chunk_budget(encoder: Encoder | None, cap: int | None) -> int:
+    """Window size: the encoder's own limit, lowered by the user's cap."""
+    limit = encoder.max_tokens if encoder is not None else DEFAULT_LEXICAL_WINDOW
+    if cap and limit:
+        return min(cap, limit)
+    return cap or limit or DEFAULT_LEXICAL_WINDOW
+
+
+def make_chunker(encoder: Encoder | None, settings: ChunkerSettings) -> Chunker:
+    if encoder is None:
+        return Chunker(settings, word_count, word_spans)
+    return Chunker(settings, encoder.count_tokens, encoder.token_spans)
+
+
+def load_encoder(
+    name: str | None, options: dict[str, Any], default: str, runtime: dict[str, Any] | None = None
+) -> Encoder | None:
+    """The requested encoder; the default one, or None (lexical) if the default cannot run."""
+    runtime = runtime or {}
+    if name == LEXICAL_ONLY:
+        return None
+    if name is not None:
+        return get_encoder(name, **options, **runtime)
+    try:
+        return get_encoder(default, **options, **runtime)
+    except EncoderUnavailableError as exc:
+        log.warning(
+            "default encoder %r unavailable (%s); indexing for lexical search only", default, exc
+        )
+        return None
+
+
+def prepare(
+    db: str,
+    name: str,
+    *,
+    encoder_name: str | None,
+    options: dict[str, Any],
+    default_encoder: str,
+    cap: int | None,
+    overlap: int,
+    source: str = "",
+    runtime: dict[str, Any] | None = None,
+) -> Prepared:
+    """Open (checking compatibility) or create the collection `name`, with its encoder."""
+    if name in list_collections(db):
+        store = Store.open(db, name)
+        encoder = _existing_encoder(store, encoder_name, options, runtime or {})
+        settings = ChunkerSettings(**store.meta.chunker)
+        return Prepared(store, encoder, make_chunker(encoder, settings))
+    encoder = load_encoder(encoder_name, options, default_encoder, runtime)
+    settings = ChunkerSettings(max_tokens=chunk_budget(encoder, cap), overlap_tokens=overlap)
+    meta = CollectionMeta(
+        encoder=encoder.spec() if encoder else None, chunker=settings.as_dict(), source=source
+    )
+    store = Store.open_or_create(db, name, meta)
+    return Prepared(store, encoder, make_chunker(encoder, settings))
+
+
+def _existing_encoder(
+    store: Store, encoder_name: str | None, options: dict[str, Any], runtime: dict[str, Any]
+) -> Encoder | None:
+    """The collection's own encoder; a different explicit request is refused."""
+    if encoder_name is not None:
+        requested = (
+            None
+            if encoder_name == LEXICAL_ONLY
+            else get_encoder(encoder_name, **options, **runtime)
+        )
+        store.check_compatible(
+            CollectionMeta(
+                encoder=requested.spec() if requested else None, chunker=store.meta.chunker
+            )
+        )
+        return requested
+    if store.meta.encoder is None:
+        return None
+    return encoder_from_spec(store.meta.encoder, **runtime)

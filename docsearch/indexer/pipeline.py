@@ -1,0 +1,384 @@
+"""Folder -> collection: walk, diff against the store, extract, chunk, embed, write.
+
+Incremental by construction. A file whose size and mtime match its record costs nothing; one
+whose bytes hash the same as before (touched, or renamed: same sha256 at a new path) is
+re-chunked but not re-embedded, because every chunk's vector is looked up by the hash of its text
+before anything is encoded. Files are written in groups, each group in one commit, so a crash
+leaves every file fully old or fully new and the next run finishes the job. Deleted files are
+removed last (after their vectors had the chance to be reused by a rename).
+Not here: the command line, progress rendering (a `ProgressSink` receives events), distribution.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from docsearch.encoders.base import Encoder
+from docsearch.errors import ExtractionError, UsageError
+from docsearch.indexer.chunk import Chunk, Chunker
+from docsearch.indexer.extract import Document, extract, supported
+from docsearch.indexer.store import FileRecord, FileUpdate, Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EXCLUDES = (".*", "*/.*", "__pycache__", "*/__pycache__", "node_modules", "*/node_modules")
+GROUP_CHUNKS = 512  # chunks per commit group: big enough to batch well, small enough to resume
+DEFAULT_TOKEN_BUDGET = 16384  # padded tokens per encoder call
+
+
+class ProgressSink(Protocol):
+    def start(self, files: int) -> None: ...
+    def file_done(self, path: str) -> None: ...
+    def embedded(self, chunks: int, tokens: int) -> None: ...
+    def planned_chunks(self, chunks: int) -> None: ...
+
+
+class NullProgress:
+    def start(self, files: int) -> None: ...
+    def file_done(self, path: str) -> None: ...
+    def embedded(self, chunks: int, tokens: int) -> None: ...
+    def planned_chunks(self, chunks: int) -> None: ...
+
+
+@dataclass
+class IndexReport:
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    touched: int = 0  # same bytes, new mtime
+    renamed: int = 0
+    deleted: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    chunks_written: int = 0
+    chunks_embedded: int = 0
+    chunks_reused: int = 0
+    tokens_embedded: int = 0
+    truncated: int = 0
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 3 if self.failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Walking and fingerprints
+
+
+def _matches(rel: str, patterns: Sequence[str]) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def walk(root: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
+    """Supported files under `root` (or `root` itself), filtered by include/exclude globs."""
+    if root.is_file():
+        return [root] if supported(root) else []
+    excludes = [*DEFAULT_EXCLUDES, *exclude]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        dirnames[:] = sorted(d for d in dirnames if not _matches(rel_dir + d, excludes))
+        for name in sorted(filenames):
+            rel = rel_dir + name
+            if _matches(rel, excludes) or (include and not _matches(rel, include)):
+                continue
+            path = Path(dirpath) / name
+            if supported(path) and path.is_file():
+                found.append(path)
+    return found
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def text_sha(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def chunk_id(path: str, ordinal: int, sha: str) -> str:
+    return hashlib.sha1(f"{path}\0{ordinal}\0{sha}".encode()).hexdigest()[:24]
+
+
+def doc_id(path: str) -> str:
+    return hashlib.sha1(path.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedding under a token budget
+
+
+def token_batches(lengths: Sequence[int], budget: int) -> Iterator[list[int]]:
+    """Indices grouped longest first so that batch_size x longest <= budget (padding-aware)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batch: list[int] = []
+    for i in order:
+        longest = lengths[batch[0]] if batch else lengths[i]
+        if batch and (len(batch) + 1) * max(longest, 1) > budget:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def embed_texts(
+    encoder: Encoder,
+    texts: Sequence[str],
+    lengths: Sequence[int],
+    budget: int = DEFAULT_TOKEN_BUDGET,
+    progress: ProgressSink | None = None,
+) -> np.ndarray:
+    out = np.zeros((len(texts), encoder.dim), dtype=np.float32)
+    for batch in token_batches(lengths, budget):
+        out[batch] = encoder.encode_documents([texts[i] for i in batch])
+        if progress:
+            progress.embedded(len(batch), sum(lengths[i] for i in batch))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Turning one document into chunk rows
+
+
+def chunk_rows(doc: Document, chunks: Sequence[Chunk], file_sha: str) -> list[dict[str, Any]]:
+    did = doc_id(doc.path)
+    rows = []
+    for c in chunks:
+        sha = text_sha(c.text)
+        rows.append(
+            {
+                "id": chunk_id(doc.path, c.ordinal, sha),
+                "doc_id": did,
+                "path": doc.path,
+                "title": doc.title,
+                "text": c.text,
+                "ordinal": c.ordinal,
+                "page_start": c.page_start,
+                "page_end": c.page_end,
+                "char_start": c.char_start,
+                "char_end": c.char_end,
+                "heading_path": c.heading_path,
+                "n_tokens": c.n_tokens,
+                "truncated": c.truncated,
+                "file_sha256": file_sha,
+                "text_sha": sha,
+            }
+        )
+    return rows
+
+
+@dataclass
+class Pending:
+    """A file extracted and chunked, waiting for its vectors."""
+
+    record: FileRecord
+    rows: list[dict[str, Any]]
+
+
+class Indexer:
+    """Writes documents into one store with one encoder (None: lexical only)."""
+
+    def __init__(
+        self,
+        store: Store,
+        encoder: Encoder | None,
+        chunker: Chunker,
+        *,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        progress: ProgressSink | None = None,
+    ) -> None:
+        self.store, self.encoder, self.chunker = store, encoder, chunker
+        self.token_budget = token_budget
+        self.progress: ProgressSink = progress or NullProgress()
+        self.report = IndexReport()
+        self._pending: list[Pending] = []
+        self._touched: list[FileUpdate] = []
+
+    def add(self, doc: Document, record: FileRecord) -> None:
+        """Chunk `doc` and queue it; commits happen in groups of about GROUP_CHUNKS chunks."""
+        chunks = self.chunker.chunk(doc)
+        self.report.truncated += sum(c.truncated for c in chunks)
+        record.n_chunks, record.title = len(chunks), doc.title
+        self._pending.append(Pending(record, chunk_rows(doc, chunks, record.sha256)))
+        self.progress.planned_chunks(len(chunks))
+        if sum(len(p.rows) for p in self._pending) >= GROUP_CHUNKS:
+            self.flush()
+
+    def fail(self, record: FileRecord, reason: str, keep_old: bool) -> None:
+        """Record a file that could not be read; keep its previous chunks if it had any."""
+        record.status, record.reason = "failed", reason
+        self.report.failed.append((record.path, reason))
+        self.store.commit([FileUpdate(record, None if keep_old else [])])
+
+    def touch(self, record: FileRecord) -> None:
+        """Same bytes under a new mtime: update the record, keep the chunks."""
+        self._touched.append(FileUpdate(record, None))
+        self.progress.file_done(record.path)
+
+    def flush(self) -> None:
+        if self._touched:
+            self.store.commit(self._touched)
+            self._touched = []
+        if not self._pending:
+            return
+        rows = [r for p in self._pending for r in p.rows]
+        if self.encoder is not None:
+            self._attach_vectors(rows)
+        updates = [FileUpdate(p.record, p.rows) for p in self._pending]
+        self.store.commit(updates)
+        self.report.chunks_written += len(rows)
+        for p in self._pending:
+            self.progress.file_done(p.record.path)
+        self._pending = []
+
+    def _attach_vectors(self, rows: list[dict[str, Any]]) -> None:
+        assert self.encoder is not None
+        known = self.store.vectors_for(r["text_sha"] for r in rows)
+        todo: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            if row["text_sha"] not in known:
+                todo.setdefault(row["text_sha"], row)
+        fresh = list(todo.values())
+        vectors = embed_texts(
+            self.encoder,
+            [r["text"] for r in fresh],
+            [r["n_tokens"] for r in fresh],
+            self.token_budget,
+            self.progress,
+        )
+        known.update({r["text_sha"]: v for r, v in zip(fresh, vectors, strict=True)})
+        for row in rows:
+            row["vector"] = known[row["text_sha"]].tolist()
+        self.report.chunks_embedded += len(fresh)
+        self.report.chunks_reused += len(rows) - len(fresh)
+        self.report.tokens_embedded += sum(r["n_tokens"] for r in fresh)
+
+
+# ---------------------------------------------------------------------------------------------
+# Folders
+
+
+@dataclass
+class Plan:
+    """What a run must do, from comparing the folder with the files table."""
+
+    todo: list[tuple[Path, os.stat_result]]  # new, changed, or previously failed
+    touched: list[tuple[Path, os.stat_result, FileRecord]]  # size/mtime moved, maybe same bytes
+    unchanged: int
+    deleted: list[str]
+
+
+def plan(files: Iterable[Path], records: dict[str, FileRecord], root: Path) -> Plan:
+    todo, touched, unchanged, seen = [], [], 0, set()
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:  # vanished since the walk: treated as deleted
+            continue
+        key = str(path.absolute())
+        seen.add(key)
+        rec = records.get(key)
+        if rec is None or rec.status != "indexed":
+            todo.append((path, st))
+        elif rec.size == st.st_size and rec.mtime == st.st_mtime:
+            unchanged += 1
+        else:
+            touched.append((path, st, rec))
+    prefix = str(root.absolute())
+    under_root = [p for p in records if p == prefix or p.startswith(prefix.rstrip(os.sep) + os.sep)]
+    deleted = [p for p in under_root if p not in seen]
+    return Plan(todo, touched, unchanged, deleted)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ExtractionError(f"unreadable: {exc.strerror or exc}") from exc
+
+
+def index_folder(
+    root: Path,
+    store: Store,
+    encoder: Encoder | None,
+    chunker: Chunker,
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    progress: ProgressSink | None = None,
+) -> IndexReport:
+    """Bring `store` in line with the files under `root`; see the module docstring."""
+    if not root.exists():
+        raise UsageError(f"no such file or folder: {root}")
+    started = time.perf_counter()
+    records = store.file_records()
+    work = plan(walk(root, include, exclude), records, root)
+    indexer = Indexer(store, encoder, chunker, token_budget=token_budget, progress=progress)
+    report = indexer.report
+    report.unchanged = work.unchanged
+    indexer.progress.start(len(work.todo) + len(work.touched))
+    deleted_shas = {records[p].sha256 for p in work.deleted}
+    for path, st in work.todo:
+        _index_one(indexer, path, st, records.get(str(path.absolute())), deleted_shas)
+    for path, st, old in work.touched:
+        _index_one(indexer, path, st, old, deleted_shas)
+    indexer.flush()
+    if work.deleted:
+        store.commit([], deleted=work.deleted)
+    report.deleted = len(work.deleted) - report.renamed
+    store.refresh_indexes()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _index_one(
+    indexer: Indexer,
+    path: Path,
+    st: os.stat_result,
+    old: FileRecord | None,
+    deleted_shas: set[str],
+) -> None:
+    key = str(path.absolute())
+    record = FileRecord(key, "", st.st_size, st.st_mtime, "indexed", indexed_at=time.time())
+    report = indexer.report
+    try:
+        data = _read(path)
+        record.sha256 = sha256_bytes(data)
+        if old is not None and old.status == "indexed" and old.sha256 == record.sha256:
+            report.touched += 1  # same bytes: only the mtime moves, chunks stay as they are
+            indexer.touch(FileRecord(**{**old.__dict__, "size": st.st_size, "mtime": st.st_mtime}))
+            return
+        doc = extract(path, data, display_path=key)
+    except ExtractionError as exc:
+        if old is not None and old.status == "indexed":
+            kept = FileRecord(**old.__dict__)
+            indexer.fail(kept, f"{exc}; still serving the previously indexed version", True)
+        else:
+            indexer.fail(record, str(exc), keep_old=False)
+        indexer.progress.file_done(key)
+        return
+    if old is not None and old.status == "indexed":
+        report.changed += 1
+    elif record.sha256 in deleted_shas:
+        report.renamed += 1
+    else:
+        report.new += 1
+    if doc.warnings:
+        record.reason = "; ".join(doc.warnings)
+        report.warnings.extend((key, w) for w in doc.warnings)
+    indexer.add(doc, record)

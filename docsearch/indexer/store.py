@@ -1,0 +1,357 @@
+"""The collection store: two LanceDB tables per collection, `<name>__chunks` and `<name>__files`.
+
+The chunks table carries the collection's identity in its schema metadata (schema version, the
+encoder spec, the chunker settings), so a later run re-opens it with the same encoder and a
+different encoder is refused. Writes are batched: one `merge_insert` replaces the chunks of a
+batch of files in a single commit (a file is never half old, half new), then the `files` table
+records them. Lexical search is LanceDB's native BM25 full-text index; vector search is cosine.
+Not here: walking folders, embedding, fusion (see `pipeline.py`, `retriever.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from docsearch.encoders.base import describe, same_identity
+from docsearch.errors import CollectionNotFoundError, EncoderMismatchError, UsageError
+
+SCHEMA_VERSION = 1
+META_KEY = b"docsearch"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+@dataclass
+class CollectionMeta:
+    """What a collection was built with; stored in the chunks table's schema metadata."""
+
+    encoder: dict[str, Any] | None  # encoder spec, None for a lexical-only collection
+    chunker: dict[str, Any]
+    schema_version: int = SCHEMA_VERSION
+    created_at: float = field(default_factory=time.time)
+    source: str = ""  # the folder first indexed, for display
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> CollectionMeta:
+        return cls(**json.loads(raw))
+
+
+@dataclass
+class FileRecord:
+    path: str
+    sha256: str
+    size: int
+    mtime: float
+    status: str  # "indexed" or "failed"
+    reason: str = ""  # why it failed, or a warning (scanned pages) for an indexed file
+    n_chunks: int = 0
+    indexed_at: float = 0.0
+    title: str = ""
+
+
+@dataclass
+class FileUpdate:
+    """One file's new state: its record and the chunk rows that replace its old ones.
+
+    `rows is None` keeps whatever chunks the file had (a changed file that now fails to read
+    keeps serving its last good version: nothing indexed is lost).
+    """
+
+    record: FileRecord
+    rows: list[dict[str, Any]] | None
+
+
+def validate_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise UsageError(
+            f"invalid collection name {name!r}: use letters, digits, '-' and '_' (max 64)"
+        )
+    return name
+
+
+def collection_name_for(folder_name: str) -> str:
+    """A valid collection name derived from a folder name ('My Contracts' -> 'My-Contracts')."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", folder_name).strip("-_")[:64]
+    return name or "default"
+
+
+def sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_in(column: str, values: Iterable[str]) -> str:
+    return f"{column} IN ({', '.join(sql_str(v) for v in values)})"
+
+
+def glob_to_like(pattern: str) -> str:
+    """A path glob ('contracts/*.pdf') as an SQL LIKE pattern; '**' and '*' both match any run."""
+    return pattern.replace("**", "*").replace("*", "%").replace("?", "_")
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas
+
+
+def chunks_schema(dim: int | None, meta: CollectionMeta):  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    fields = [
+        pa.field("id", pa.string()),
+        pa.field("doc_id", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("title", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("ordinal", pa.int32()),
+        pa.field("page_start", pa.int32()),
+        pa.field("page_end", pa.int32()),
+        pa.field("char_start", pa.int64()),
+        pa.field("char_end", pa.int64()),
+        pa.field("heading_path", pa.string()),
+        pa.field("n_tokens", pa.int32()),
+        pa.field("truncated", pa.bool_()),
+        pa.field("file_sha256", pa.string()),
+        pa.field("text_sha", pa.string()),
+    ]
+    if dim:
+        fields.append(pa.field("vector", pa.list_(pa.float32(), dim)))
+    return pa.schema(fields, metadata={META_KEY: meta.to_json()})
+
+
+def files_schema():  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("path", pa.string()),
+            pa.field("sha256", pa.string()),
+            pa.field("size", pa.int64()),
+            pa.field("mtime", pa.float64()),
+            pa.field("status", pa.string()),
+            pa.field("reason", pa.string()),
+            pa.field("n_chunks", pa.int32()),
+            pa.field("indexed_at", pa.float64()),
+            pa.field("title", pa.string()),
+        ]
+    )
+
+
+def connect(db_uri: str):  # type: ignore[no-untyped-def]
+    import lancedb
+
+    return lancedb.connect(db_uri)
+
+
+def _table_names(db) -> list[str]:  # type: ignore[no-untyped-def]
+    names: list[str] = []
+    page_token = None
+    while True:
+        response = db.list_tables(page_token=page_token)
+        names.extend(response.tables)
+        page_token = getattr(response, "page_token", None)
+        if not page_token:
+            return names
+
+
+def list_collections(db_uri: str) -> list[str]:
+    db = connect(db_uri)
+    return sorted(n[: -len("__chunks")] for n in _table_names(db) if n.endswith("__chunks"))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Store:
+    """One collection: its chunks and files tables and what it was built with."""
+
+    def __init__(self, db: Any, name: str) -> None:
+        self.db, self.name = db, name
+        self.chunks = db.open_table(f"{name}__chunks")
+        self.files_table = db.open_table(f"{name}__files")
+        self.meta = CollectionMeta.from_json(self.chunks.schema.metadata[META_KEY])
+        if self.meta.schema_version > SCHEMA_VERSION:
+            raise UsageError(
+                f"collection {name!r} was written by a newer docsearch (schema "
+                f"{self.meta.schema_version}); upgrade docsearch to read it"
+            )
+
+    # -- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, db_uri: str, name: str) -> Store:
+        db = connect(db_uri)
+        if f"{name}__chunks" not in _table_names(db):
+            known = ", ".join(list_collections(db_uri)) or "none yet"
+            raise CollectionNotFoundError(
+                f"no collection named {name!r} in {db_uri} (collections: {known}); "
+                f"create it with `docsearch index PATH --collection {name}`"
+            )
+        return cls(db, name)
+
+    @classmethod
+    def open_or_create(cls, db_uri: str, name: str, meta: CollectionMeta) -> Store:
+        """Open `name`, checking it was built like `meta`; create it if it does not exist."""
+        validate_name(name)
+        db = connect(db_uri)
+        if f"{name}__chunks" not in _table_names(db):
+            dim = meta.encoder["dim"] if meta.encoder else None
+            db.create_table(f"{name}__files", schema=files_schema(), exist_ok=True)
+            db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))
+            return cls(db, name)
+        store = cls(db, name)
+        store.check_compatible(meta)
+        return store
+
+    def check_compatible(self, meta: CollectionMeta) -> None:
+        old, new = self.meta.encoder, meta.encoder
+        same_encoder = (old is None and new is None) or (
+            old is not None and new is not None and same_identity(old, new)
+        )
+        if not same_encoder:
+            was = describe(old) if old else "no encoder (lexical only)"
+            now = describe(new) if new else "no encoder (lexical only)"
+            raise EncoderMismatchError(
+                f"collection {self.name!r} was built with {was}, not {now}; index into a new "
+                f"collection (--collection NEW) or re-index from scratch after "
+                f"`docsearch collections drop {self.name}`"
+            )
+        if self.meta.chunker != meta.chunker:
+            raise EncoderMismatchError(
+                f"collection {self.name!r} was chunked with {self.meta.chunker}, not "
+                f"{meta.chunker}; use the same --max-tokens/--overlap, or a new collection"
+            )
+
+    @property
+    def has_vectors(self) -> bool:
+        return self.meta.encoder is not None
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def file_records(self) -> dict[str, FileRecord]:
+        rows = self.files_table.to_arrow().to_pylist()
+        return {r["path"]: FileRecord(**r) for r in rows}
+
+    def count_chunks(self, where: str | None = None) -> int:
+        return int(self.chunks.count_rows(where))
+
+    def rows(self, where: str, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        query = self.chunks.search().where(where)
+        if columns:
+            query = query.select(list(columns))
+        return list(query.limit(max(1, self.count_chunks(where))).to_list())
+
+    def vectors_for(self, text_shas: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors of chunks with these text hashes (any file): reused, not re-embedded."""
+        wanted = sorted(set(text_shas))
+        if not wanted or not self.has_vectors:
+            return {}
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(wanted), 500):
+            where = sql_in("text_sha", wanted[start : start + 500])
+            for row in self.rows(where, ["text_sha", "vector"]):
+                found[row["text_sha"]] = np.asarray(row["vector"], dtype=np.float32)
+        return found
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def commit(self, updates: Sequence[FileUpdate], deleted: Sequence[str] = ()) -> None:
+        """Replace the chunks of `updates` and drop `deleted` paths: chunks first, then files.
+
+        A crash between the two commits leaves files that look changed; the next run redoes
+        them, finding their vectors already stored, so the end state equals a clean build.
+        """
+        replaced = [u.record.path for u in updates if u.rows is not None]
+        gone = [*replaced, *deleted]
+        rows = [r for u in updates if u.rows is not None for r in u.rows]
+        if rows:
+            (
+                self.chunks.merge_insert("id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .when_not_matched_by_source_delete(sql_in("path", gone))
+                .execute(rows)
+            )
+        elif gone:
+            self.chunks.delete(sql_in("path", gone))
+        records = [asdict(u.record) for u in updates]
+        if records:
+            merge = self.files_table.merge_insert("path").when_matched_update_all()
+            merge = merge.when_not_matched_insert_all()
+            if deleted:
+                merge = merge.when_not_matched_by_source_delete(sql_in("path", deleted))
+            merge.execute(records)
+        elif deleted:
+            self.files_table.delete(sql_in("path", deleted))
+
+    def refresh_indexes(self) -> None:
+        """Bring the full-text (and scalar) indexes up to date; once per run, not per row."""
+        from lancedb.index import FTS, BTree
+
+        existing = {cfg.name for cfg in self.chunks.list_indices()}
+        if self.count_chunks() == 0:
+            return
+        if "text_idx" not in existing:
+            self.chunks.create_index("text", config=FTS(with_position=True), replace=True)
+            for column in ("path", "text_sha"):
+                self.chunks.create_index(column, config=BTree(), replace=True)
+        self.chunks.optimize()
+        self.files_table.optimize()
+
+    def index_health(self) -> dict[str, Any]:
+        """FTS coverage, versions and sizes, for `docsearch doctor`."""
+        names = {cfg.name for cfg in self.chunks.list_indices()}
+        fts = self.chunks.index_stats("text_idx") if "text_idx" in names else None
+        return {
+            "chunks": self.count_chunks(),
+            "files": int(self.files_table.count_rows()),
+            "fts_index": fts is not None,
+            "fts_unindexed_rows": fts.num_unindexed_rows if fts else self.count_chunks(),
+            "versions": len(self.chunks.list_versions()),
+            "last_write": self.last_write(),
+        }
+
+    def last_write(self) -> float:
+        versions = self.chunks.list_versions()
+        stamp = versions[-1]["timestamp"] if versions else None
+        return stamp.timestamp() if stamp is not None else 0.0
+
+    # -- searching ----------------------------------------------------------------------------
+
+    def search_vector(self, vector: np.ndarray, k: int, where: str | None) -> list[dict[str, Any]]:
+        if not self.has_vectors:
+            raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
+        query = self.chunks.search(vector.astype(np.float32), vector_column_name="vector")
+        query = query.distance_type("cosine").limit(k)
+        if where:
+            query = query.where(where, prefilter=True)
+        rows = query.to_list()
+        for row in rows:
+            row["_score"] = 1.0 - float(row.pop("_distance"))
+            row.pop("vector", None)
+        return rows
+
+    def search_text(self, query: Any, k: int, where: str | None) -> list[dict[str, Any]]:
+        """BM25 over `text`; `query` is a string or a LanceDB FTS query object (phrase...)."""
+        search = self.chunks.search(query, query_type="fts", fts_columns="text").limit(k)
+        if where:
+            search = search.where(where, prefilter=True)
+        rows = search.to_list()
+        for row in rows:
+            row.pop("vector", None)
+        return rows
+
+
+def drop_collection(db_uri: str, name: str) -> None:
+    db = connect(db_uri)
+    if f"{name}__chunks" not in _table_names(db):
+        raise CollectionNotFoundError(f"no collection named {name!r} in {db_uri}")
+    db.drop_table(f"{name}__chunks")
+    db.drop_table(f"{name}__files")

@@ -1,0 +1,112 @@
+"""Snippets: the best short passage of a hit, with the query's terms marked.
+
+Terms match by Snowball stem ("terminate" marks "termination"), the way the full-text index
+matches them. Inside a chunk, overlapping sentence windows are scored by the identifiers they
+contain verbatim, then the number of distinct query terms, then total hits (BM25's idf is useless
+across overlapping windows of one chunk); the best window becomes the snippet.
+Not here: PDF coordinates (we have none from pypdf), cross-chunk passages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+WORD = re.compile(r"\w+", re.UNICODE)
+IDENTIFIER = re.compile(r"(?<![\w.])(?=[\w.:()/§-]*\d)[A-Za-z§]*[\w]*(?:[.:()/-]+\w+)+\)?")
+_SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
+STOPWORDS = frozenset(
+    "a an and are as at be by for from has have in is it its of on or that the this to was "
+    "were will with which who what when where how why does do any all".split()
+)
+
+
+@lru_cache(maxsize=1)
+def _stemmer():  # type: ignore[no-untyped-def]
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+def stem(word: str) -> str:
+    return str(_stemmer().stemWord(word.lower()))
+
+
+def query_terms(query: str) -> set[str]:
+    """Stems of the query's content words."""
+    return {stem(w) for w in WORD.findall(query) if w.lower() not in STOPWORDS}
+
+
+def identifiers(query: str) -> list[str]:
+    """Identifier-like tokens that must match verbatim: '7.2(a)', '13485:2016', 'PPR-9087'."""
+    return [m.group(0) for m in IDENTIFIER.finditer(query)]
+
+
+@dataclass(frozen=True)
+class Snippet:
+    text: str  # plain text
+    marks: tuple[tuple[int, int], ...]  # spans in `text` to highlight
+
+    def marked(self, open_mark: str = "**", close_mark: str = "**") -> str:
+        out, last = [], 0
+        for start, end in self.marks:
+            out += [self.text[last:start], open_mark, self.text[start:end], close_mark]
+            last = end
+        out.append(self.text[last:])
+        return "".join(out)
+
+
+def mark_spans(text: str, terms: set[str], idents: list[str]) -> tuple[tuple[int, int], ...]:
+    spans = [m.span() for m in WORD.finditer(text) if stem(m.group(0)) in terms]
+    for ident in idents:
+        spans += [m.span() for m in re.finditer(re.escape(ident), text, re.IGNORECASE)]
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
+
+
+def _windows(text: str, max_chars: int) -> list[tuple[int, int]]:
+    """Consecutive sentence runs of up to `max_chars`, as (start, end) spans."""
+    bounds = [0] + [m.end() for m in _SENTENCE.finditer(text)] + [len(text)]
+    sentences = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if text[a:b].strip()]
+    windows = []
+    for i, (start, _) in enumerate(sentences):
+        end = sentences[i][1]
+        for _, next_end in sentences[i + 1 :]:
+            if next_end - start > max_chars:
+                break
+            end = next_end
+        windows.append((start, min(end, start + max_chars)))
+    return windows or [(0, min(len(text), max_chars))]
+
+
+def _score(
+    text: str, window: tuple[int, int], terms: set[str], idents: list[str]
+) -> tuple[int, int, int]:
+    """(identifiers present, distinct query terms present, total term hits) of one window."""
+    passage = text[window[0] : window[1]]
+    stems = [stem(w) for w in WORD.findall(passage)]
+    present = {s for s in stems if s in terms}
+    found = sum(i.lower() in passage.lower() for i in idents)
+    return found, len(present), sum(s in terms for s in stems)
+
+
+def make_snippet(text: str, query: str, max_chars: int = 320) -> Snippet:
+    """The best window of `text` for `query`, trimmed to whole words, with marks."""
+    terms, idents = query_terms(query), identifiers(query)
+    windows = _windows(text, max_chars)
+    if len(windows) > 1 and (terms or idents):
+        best = max(range(len(windows)), key=lambda i: (_score(text, windows[i], terms, idents), -i))
+    else:
+        best = 0
+    start, end = windows[best]
+    passage = " ".join(text[start:end].split())
+    prefix = "… " if start > 0 else ""
+    suffix = " …" if end < len(text.rstrip()) else ""
+    passage = prefix + passage + suffix
+    return Snippet(passage, mark_spans(passage, terms, idents))
