@@ -169,7 +169,7 @@ class Retriever:
         matched: dict[str, int] = {}
         extra: dict[str, dict[str, Any]] = {}
         for ident in idents:
-            for row in self.store.search_text(PhraseQuery(ident, "text", slop=0, document_granularity=False), limit, where):
+            for row in self.store.search_text(PhraseQuery(ident, "text", slop=0)  # type: ignore[call-arg], limit, where):
                 matched[row["id"]] = matched.get(row["id"], 0) + 1
                 extra.setdefault(row["id"], row)
         by_id = {row["id"]: row for row in rows}
