@@ -169,7 +169,8 @@ class Retriever:
         matched: dict[str, int] = {}
         extra: dict[str, dict[str, Any]] = {}
         for ident in idents:
-            for row in self.store.search_text(PhraseQuery(ident, "text", slop=0)  # type: ignore[call-arg], limit, where):
+            phrase = PhraseQuery(ident, "text", slop=0)  # type: ignore[call-arg]
+            for row in self.store.search_text(phrase, limit, where):
                 matched[row["id"]] = matched.get(row["id"], 0) + 1
                 extra.setdefault(row["id"], row)
         by_id = {row["id"]: row for row in rows}
