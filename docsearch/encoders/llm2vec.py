@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
 from docsearch.encoders.weights import resolve_model
@@ -224,8 +224,22 @@ def resolve_layers(model: str, adapter: str | None) -> tuple[Path, Path, list[Pa
     if is_adapter_folder(first):
         base, stack = resolve_model(adapter_base(first)), [first]
     if adapter:
-        stack += adapter_stack(resolve_model(adapter))
+        layers = adapter_stack(resolve_model(adapter))
+        if stack and len(layers) == 2:  # both name an MNTP stage: it must be the same one
+            if not same_adapter(stack[0], layers[0]):
+                raise UsageError(
+                    f"{adapter!r} carries its own MNTP adapter, which differs from {model!r}; "
+                    "pass the base model with --model"
+                )
+            layers = layers[1:]
+        stack += layers
     return first, base, stack
+
+
+def same_adapter(a: Path, b: Path) -> bool:
+    """True when two adapter folders hold byte-identical LoRA weights."""
+    name = "adapter_model.safetensors"
+    return (a / name).read_bytes() == (b / name).read_bytes()
 
 
 def tokenizer_folder(first: Path, base: Path) -> Path:
@@ -274,9 +288,21 @@ def save_adapter(
     return out
 
 
+def declared_generic_tokenizer(folder: Path) -> bool:
+    config = folder / "tokenizer_config.json"
+    if not config.exists() or not (folder / "tokenizer.json").exists():
+        return False
+    declared = json.loads(config.read_text()).get("tokenizer_class")
+    return declared in ("PreTrainedTokenizerFast", "TokenizersBackend")
+
+
 def load_tokenizer(folder: Path) -> Any:
     """The model's tokenizer with LLM2Vec's settings: pad = EOS, left padding."""
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    if declared_generic_tokenizer(folder):
+        # transformers 5 swaps in its own class for some model types (Qwen2); a folder that
+        # declares the generic class means "use tokenizer.json as it is".
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
     if tokenizer.eos_token is None:
         raise EncoderUnavailableError(f"the tokenizer in {str(folder)!r} has no EOS token")
     tokenizer.pad_token = tokenizer.eos_token
