@@ -1,0 +1,213 @@
+"""Training losses for embedding models, as pure tensor functions.
+
+`opl` (LoCo / M2-BERT orthogonal projection loss), `mnrl` (InfoNCE over in-batch and hard
+negatives), `simcse` (unsupervised SimCSE: two dropout views of one batch), `mntp` (LLM2Vec's
+masked next-token prediction), and `cached_mnrl`, the GradCache form of `mnrl` whose memory does
+not grow with the batch, for long inputs. Each docstring says what the loss optimises, what it
+requires, its inputs and where it comes from.
+Not here: models, data, optimisers and the training loop (`docsearch.training.trainer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100  # label of positions the MNTP loss skips (Hugging Face convention)
+
+
+def opl(q: torch.Tensor, d: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Orthogonal projection loss: `mean((cos(q_i, d_i) - label_i) ** 2)`.
+
+    Pulls the cosine of relevant pairs towards 1 and of irrelevant pairs towards 0 (orthogonal,
+    not opposite). Each pair is scored on its own, so the loss does not depend on the batch size
+    and works with the tiny batches long documents allow.
+
+    Requirements: (query, document) pairs with a label: 1.0 relevant, 0.0 irrelevant (random or
+    mined negatives, e.g. 32 per query as in the paper).
+
+    Inputs:
+        q: (batch, dim) query embeddings (not necessarily normalised).
+        d: (batch, dim) document embeddings, row i paired with q[i].
+        labels: (batch,) float targets for the cosine, usually 1.0 / 0.0.
+
+    References: Saad-Falcon et al., "Benchmarking and Building Long-Context Retrieval Models with
+    LoCo and M2-BERT", ICML 2024 (the fine-tuning loss of M2-BERT-32k-retrieval).
+    """
+    cosine = F.cosine_similarity(q, d, dim=-1)  # (batch,)
+    return ((cosine - labels.to(cosine.dtype)) ** 2).mean()
+
+
+def score_matrix(
+    q: torch.Tensor, d: torch.Tensor, hard_negatives: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """`scale * cos(q_i, c_j)` over candidates `c` = the documents, then the hard negatives."""
+    candidates = d
+    if hard_negatives is not None:
+        extra = hard_negatives.reshape(-1, d.shape[-1])  # (batch*k or n, dim)
+        candidates = torch.cat([d, extra], dim=0)
+    q = F.normalize(q, dim=-1)
+    candidates = F.normalize(candidates, dim=-1)
+    return scale * q @ candidates.T  # (batch, batch + n_negatives)
+
+
+def mnrl(
+    q: torch.Tensor,
+    d: torch.Tensor,
+    hard_negatives: torch.Tensor | None = None,
+    scale: float = 20.0,
+) -> torch.Tensor:
+    """Multiple negatives ranking loss (InfoNCE): cross-entropy over the in-batch score matrix.
+
+    For query i the positive is document i; every other document of the batch, and every hard
+    negative of every row, is a negative. The loss is `CE(scale * cos(q, [d; negatives]), i)`,
+    averaged over queries. More negatives (bigger batches) make it stronger, which is what
+    `cached_mnrl` is for.
+
+    Requirements: (query, positive) pairs with no duplicates in a batch; optional hard negatives.
+
+    Inputs:
+        q: (batch, dim) query embeddings.
+        d: (batch, dim) positive document embeddings, row i paired with q[i].
+        hard_negatives: (n, dim) or (batch, k, dim) extra negative documents, shared by all
+            queries as extra columns (k per query in the second form, flattened row-major).
+        scale: inverse temperature; 20 in LLM2Vec SimCSE, 50 in its supervised stage.
+
+    References: Henderson et al. 2017, "Efficient Natural Language Response Suggestion for Smart
+    Reply"; van den Oord et al. 2018 (InfoNCE); sentence-transformers
+    `MultipleNegativesRankingLoss`; LLM2Vec `HardNegativeNLLLoss`.
+    """
+    scores = score_matrix(q, d, hard_negatives, scale)
+    targets = torch.arange(q.shape[0], device=q.device)
+    return F.cross_entropy(scores, targets)
+
+
+def simcse(view_a: torch.Tensor, view_b: torch.Tensor, scale: float = 20.0) -> torch.Tensor:
+    """Unsupervised SimCSE: `mnrl` between two dropout views of the same sentences.
+
+    The same batch goes through the model twice with dropout on; view_a[i] must find its own
+    other view view_b[i] among the batch. Dropout is the only augmentation (LLM2Vec: attention
+    dropout 0.3 plus LoRA dropout 0.05).
+
+    Requirements: raw sentences only, no labels; the model in training mode so the views differ.
+
+    Inputs:
+        view_a: (batch, dim) embeddings of the first pass.
+        view_b: (batch, dim) embeddings of the second pass over the same texts.
+        scale: inverse temperature (20, as in LLM2Vec's SimCSE stage).
+
+    References: Gao et al., "SimCSE: Simple Contrastive Learning of Sentence Embeddings", EMNLP
+    2021; BehnamGhader et al., "LLM2Vec", COLM 2024.
+    """
+    return mnrl(view_a, view_b, scale=scale)
+
+
+def mntp(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Masked next-token prediction: the logits at position i-1 score the masked token at i.
+
+    LLM2Vec's adaptation step for a decoder made bidirectional: some input tokens are masked,
+    and the original token at a masked position i is predicted from the output at i-1 (the
+    causal LM head's usual shift), so the pretrained next-token head is reused as is.
+    Returns the mean cross-entropy over the masked positions, or 0 (with a graph) if none.
+
+    Requirements: a masked batch, labels holding the original id at masked positions and
+    `IGNORE_INDEX` (-100) elsewhere; the first position cannot be a target.
+
+    Inputs:
+        logits: (batch, seq, vocab) LM-head outputs of the masked input.
+        labels: (batch, seq) original token ids at masked positions, -100 elsewhere.
+
+    References: BehnamGhader et al., "LLM2Vec: Large Language Models Are Secretly Powerful Text
+    Encoders", COLM 2024, section 2 (MNTP).
+    """
+    shifted_logits = logits[:, :-1].reshape(-1, logits.shape[-1])  # (batch*(seq-1), vocab)
+    shifted_labels = labels[:, 1:].reshape(-1)  # (batch*(seq-1),)
+    if not bool((shifted_labels != IGNORE_INDEX).any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(shifted_logits, shifted_labels, ignore_index=IGNORE_INDEX)
+
+
+# ---------------------------------------------------------------------------------------------
+# GradCache: mnrl over a large batch with the memory of one mini-batch
+
+
+def _embed_detached(
+    embed: Callable[[Any], torch.Tensor], chunks: Sequence[Any]
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Embed every chunk without a graph, keeping each chunk's RNG state for the replay."""
+    states, outputs = [], []
+    for chunk in chunks:
+        states.append(torch.get_rng_state())
+        with torch.no_grad():
+            outputs.append(embed(chunk))
+    return torch.cat(outputs).requires_grad_(True), states
+
+
+def _replay(
+    embed: Callable[[Any], torch.Tensor],
+    chunks: Sequence[Any],
+    states: Sequence[torch.Tensor],
+    grads: torch.Tensor,
+) -> None:
+    """Re-embed each chunk with a graph (same dropout) and push its cached gradient through it."""
+    end_state = torch.get_rng_state()
+    start = 0
+    for chunk, state in zip(chunks, states, strict=True):
+        torch.set_rng_state(state)
+        reps = embed(chunk)  # (chunk, dim)
+        reps.backward(grads[start : start + reps.shape[0]])
+        start += reps.shape[0]
+    torch.set_rng_state(end_state)
+
+
+def _grad(reps: torch.Tensor) -> torch.Tensor:
+    return reps.grad if reps.grad is not None else torch.zeros_like(reps)
+
+
+def cached_mnrl(
+    embed: Callable[[Any], torch.Tensor],
+    query_chunks: Sequence[Any],
+    document_chunks: Sequence[Any],
+    negative_chunks: Sequence[Any] = (),
+    scale: float = 20.0,
+) -> torch.Tensor:
+    """`mnrl` over the whole batch, with gradients computed one mini-batch at a time (GradCache).
+
+    Same loss and same parameter gradients as `mnrl` on the full batch, but peak activation
+    memory is that of one chunk: (1) every chunk is embedded without a graph; (2) the loss and
+    its gradient with respect to the embeddings are computed on the small (batch, dim) matrix;
+    (3) each chunk is embedded again with a graph and the cached gradient is back-propagated
+    through it. The CPU RNG state is replayed per chunk so dropout masks match between passes.
+
+    Unlike the other functions here, this one calls `backward`: parameter `.grad`s are
+    accumulated when it returns; the caller then steps the optimiser. Returns the detached loss.
+
+    Requirements: `embed` maps one chunk (whatever the caller batches: texts, tensors) to a
+    (chunk, dim) tensor with a graph to the trainable parameters, and is deterministic given the
+    RNG state (CPU dropout; CUDA RNG is not replayed).
+
+    Inputs:
+        embed: chunk -> (chunk, dim) embeddings.
+        query_chunks / document_chunks: the batch split into mini-batches; concatenated in order
+            they give the rows of q and d in `mnrl`.
+        negative_chunks: hard negatives, concatenated in order into the `(n, dim)` form.
+        scale: inverse temperature, as in `mnrl`.
+
+    References: Gao et al., "Scaling Deep Contrastive Learning Batch Size under Memory Limited
+    Setup" (GradCache), RepL4NLP 2021; sentence-transformers `CachedMultipleNegativesRankingLoss`.
+    """
+    if not query_chunks or not document_chunks:
+        raise ValueError("cached_mnrl needs at least one query chunk and one document chunk")
+    q, q_states = _embed_detached(embed, query_chunks)  # (batch, dim)
+    d, d_states = _embed_detached(embed, document_chunks)  # (batch, dim)
+    negatives, n_states = _embed_detached(embed, negative_chunks) if negative_chunks else (None, [])
+    loss = mnrl(q, d, negatives, scale=scale)
+    loss.backward()  # gradients w.r.t. the cached embeddings only
+    for chunks, states, reps in ((query_chunks, q_states, q), (document_chunks, d_states, d)):
+        _replay(embed, chunks, states, _grad(reps))
+    if negatives is not None:
+        _replay(embed, negative_chunks, n_states, _grad(negatives))
+    return loss.detach()
