@@ -451,7 +451,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _strip_prefixes(key: str) -> str:
+def strip_checkpoint_prefixes(key: str) -> str:
     """`model.bert.x`, `module.bert.x`, `bert.x` -> `x` (composer, DDP and task wrappers)."""
     while key.startswith(("model.", "module.", "bert.")):
         key = key.split(".", 1)[1]
@@ -492,7 +492,7 @@ def load_released_state_dict(
     mapped: dict[str, torch.Tensor] = {}
     dropped = []
     for key, value in state.items():
-        inner = _strip_prefixes(key)
+        inner = strip_checkpoint_prefixes(key)
         if "flashfft" in inner or inner.startswith(_DROPPED_PREFIXES):
             dropped.append(key)
         else:
