@@ -67,6 +67,7 @@ class Settings(BaseSettings):
     max_tokens: int | None = Field(None, description="cap on chunk size in tokens")
     overlap: int = Field(0, description="tokens repeated between neighbouring chunks")
     token_budget: int = Field(16384, description="padded tokens per encoder batch")
+    commit_chunks: int = Field(512, description="chunks written per commit while indexing")
     fusion_method: str = Field("rrf", description="hybrid fusion: rrf or minmax")
     dense_weight: float = Field(1.0, description="weight of the dense leg in fusion")
     lexical_weight: float = Field(1.0, description="weight of the lexical leg in fusion")

@@ -171,6 +171,8 @@ class Retriever:
         for ident in idents:
             phrase = PhraseQuery(ident, "text", slop=0)  # type: ignore[call-arg]
             for row in self.store.search_text(phrase, limit, where):
+                if ident.lower() not in row["text"].lower():  # the index drops "a", "(", ...
+                    continue
                 matched[row["id"]] = matched.get(row["id"], 0) + 1
                 extra.setdefault(row["id"], row)
         by_id = {row["id"]: row for row in rows}

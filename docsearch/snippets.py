@@ -34,8 +34,9 @@ def stem(word: str) -> str:
 
 
 def query_terms(query: str) -> set[str]:
-    """Stems of the query's content words."""
-    return {stem(w) for w in WORD.findall(query) if w.lower() not in STOPWORDS}
+    """Stems of the query's content words; pieces of identifiers are left to `identifiers`."""
+    plain = IDENTIFIER.sub(" ", query)
+    return {stem(w) for w in WORD.findall(plain) if w.lower() not in STOPWORDS}
 
 
 def identifiers(query: str) -> list[str]:

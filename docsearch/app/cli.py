@@ -174,6 +174,7 @@ def index(
             include=include or (),
             exclude=exclude or (),
             token_budget=settings.token_budget,
+            group_chunks=settings.commit_chunks,
             progress=progress,
         )
     _print_report(name, report)

@@ -155,7 +155,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 
 def hf_token_spans(tokenizer: Any, text: str) -> list[tuple[int, int]]:
     """Character spans of a Hugging Face fast tokenizer's content tokens for `text`."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     return [(int(a), int(b)) for a, b in enc["offset_mapping"]]
 
 
@@ -163,5 +163,5 @@ def hf_count_tokens(tokenizer: Any, texts: Sequence[str]) -> list[int]:
     """Number of content tokens (no special tokens) per text."""
     if not texts:
         return []
-    enc = tokenizer(list(texts), add_special_tokens=False)
+    enc = tokenizer(list(texts), add_special_tokens=False, verbose=False)
     return [len(ids) for ids in enc["input_ids"]]

@@ -67,7 +67,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9§])")
 def heading_level(line: str) -> int:
     """0 for body text, else the heading's depth (1 = top). Looks at one line only."""
     line = line.strip()
-    if not line or len(line) > 150:
+    if not line:
         return 0
     if m := _MARKDOWN.match(line):
         return len(m.group(1))

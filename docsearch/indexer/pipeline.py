@@ -199,10 +199,11 @@ class Indexer:
         chunker: Chunker,
         *,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
+        group_chunks: int = GROUP_CHUNKS,
         progress: ProgressSink | None = None,
     ) -> None:
         self.store, self.encoder, self.chunker = store, encoder, chunker
-        self.token_budget = token_budget
+        self.token_budget, self.group_chunks = token_budget, group_chunks
         self.progress: ProgressSink = progress or NullProgress()
         self.report = IndexReport()
         self._pending: list[Pending] = []
@@ -215,7 +216,7 @@ class Indexer:
         record.n_chunks, record.title = len(chunks), doc.title
         self._pending.append(Pending(record, chunk_rows(doc, chunks, record.sha256)))
         self.progress.planned_chunks(len(chunks))
-        if sum(len(p.rows) for p in self._pending) >= GROUP_CHUNKS:
+        if sum(len(p.rows) for p in self._pending) >= self.group_chunks:
             self.flush()
 
     def fail(self, record: FileRecord, reason: str, keep_old: bool) -> None:
@@ -320,6 +321,7 @@ def index_folder(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     token_budget: int = DEFAULT_TOKEN_BUDGET,
+    group_chunks: int = GROUP_CHUNKS,
     progress: ProgressSink | None = None,
 ) -> IndexReport:
     """Bring `store` in line with the files under `root`; see the module docstring."""
@@ -328,7 +330,14 @@ def index_folder(
     started = time.perf_counter()
     records = store.file_records()
     work = plan(walk(root, include, exclude), records, root)
-    indexer = Indexer(store, encoder, chunker, token_budget=token_budget, progress=progress)
+    indexer = Indexer(
+        store,
+        encoder,
+        chunker,
+        token_budget=token_budget,
+        group_chunks=group_chunks,
+        progress=progress,
+    )
     report = indexer.report
     report.unchanged = work.unchanged
     indexer.progress.start(len(work.todo) + len(work.touched))
@@ -344,6 +353,11 @@ def index_folder(
     store.refresh_indexes()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _serving(old: FileRecord | None) -> bool:
+    """The file has chunks in the index (indexed, or failed later while keeping its chunks)."""
+    return old is not None and (old.status == "indexed" or old.n_chunks > 0)
 
 
 def _index_one(
@@ -365,14 +379,15 @@ def _index_one(
             return
         doc = extract(path, data, display_path=key)
     except ExtractionError as exc:
-        if old is not None and old.status == "indexed":
-            kept = FileRecord(**old.__dict__)
-            indexer.fail(kept, f"{exc}; still serving the previously indexed version", True)
+        if _serving(old):
+            kept = FileRecord(**{**old.__dict__, "reason": ""})  # type: ignore[arg-type]
+            reason = str(exc).split("; still serving")[0]
+            indexer.fail(kept, f"{reason}; still serving the previously indexed version", True)
         else:
             indexer.fail(record, str(exc), keep_old=False)
         indexer.progress.file_done(key)
         return
-    if old is not None and old.status == "indexed":
+    if _serving(old):
         report.changed += 1
     elif record.sha256 in deleted_shas:
         report.renamed += 1

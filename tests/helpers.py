@@ -1,0 +1,104 @@
+"""Builders for real test inputs: PDFs (reportlab), encrypted PDFs (pypdf), DOCX, bad files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "docsearch" / "corpora" / "samples"
+
+
+def make_pdf(path: Path, pages: list[str], title: str = "") -> Path:
+    """A real PDF with one text page per string ('' gives a page with no text layer)."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    pdf = canvas.Canvas(str(path), pagesize=A4)
+    if title:
+        pdf.setTitle(title)
+    for text in pages:
+        if text:
+            y = 800
+            for line in text.splitlines():
+                pdf.drawString(50, y, line)
+                y -= 14
+        else:  # a drawing only, like a scanned page without OCR
+            pdf.rect(50, 400, 300, 200, fill=1)
+        pdf.showPage()
+    pdf.save()
+    return path
+
+
+def make_encrypted_pdf(path: Path, password: str = "secret") -> Path:
+    from pypdf import PdfReader, PdfWriter
+
+    plain = make_pdf(path.with_suffix(".plain.pdf"), ["Top secret merger terms."])
+    writer = PdfWriter()
+    for page in PdfReader(plain).pages:
+        writer.add_page(page)
+    writer.encrypt(user_password=password, owner_password=password)
+    with path.open("wb") as handle:
+        writer.write(handle)
+    plain.unlink()
+    return path
+
+
+def make_docx(path: Path, blocks: list[tuple[int, str]]) -> Path:
+    import docx
+
+    document = docx.Document()
+    for level, text in blocks:
+        if level:
+            document.add_heading(text, level=level)
+        else:
+            document.add_paragraph(text)
+    document.save(str(path))
+    return path
+
+
+def bad_folder(root: Path) -> dict[str, str]:
+    """A folder of good and bad files; returns {bad file name: expected reason fragment}."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "good.md").write_text("# Good\n\nThe indemnification clause survives termination.\n")
+    make_pdf(root / "good.pdf", ["Page one about warranties.", "Page two about liability caps."])
+    (root / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj <</Type /Catalog>> garbage\x00\xff" * 3)
+    make_encrypted_pdf(root / "encrypted.pdf")
+    (root / "empty.txt").write_bytes(b"")
+    (root / "binary.txt").write_bytes(bytes(range(256)) * 8)
+    (root / "latin1.md").write_bytes("Caf\xe9 cr\xe8me".encode("latin-1"))
+    unreadable = root / "unreadable.txt"
+    if running_as_root():  # root reads anything chmod forbids; /proc/self/mem fails with EIO
+        unreadable.symlink_to("/proc/self/mem")
+    else:
+        unreadable.write_text("you cannot read me")
+        unreadable.chmod(0)
+    return {
+        "corrupt.pdf": "PDF",
+        "encrypted.pdf": "encrypted",
+        "empty.txt": "empty",
+        "binary.txt": "binary",
+        "latin1.md": "UTF-8",
+        "unreadable.txt": "unreadable",
+    }
+
+
+def running_as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def copy_samples(target: Path) -> Path:
+    shutil.copytree(SAMPLES, target)
+    return target
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`docsearch ARGS` in a fresh interpreter, with the test fakes importable."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "docsearch.app.cli", *args],
+        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO,
+    )

@@ -1,0 +1,126 @@
+"""Crash safety: kill -9 an indexing process at several points; a rerun equals a clean build."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from docsearch.indexer.store import Store
+from tests.helpers import REPO, make_pdf, run_cli
+
+
+def make_corpus(root: Path, files: int = 12) -> Path:
+    root.mkdir(parents=True)
+    for i in range(files):
+        body = "\n\n".join(
+            f"Clause {i}.{j}. Party {i} shall deliver item {j} within {i + j} days of notice."
+            for j in range(4)
+        )
+        (root / f"doc{i:02d}.md").write_text(f"# Contract {i}\n\n{body}\n")
+    make_pdf(root / "scan.pdf", ["Page one of the annex.", "Page two of the annex."])
+    return root
+
+
+def snapshot(db: str) -> dict[str, Any]:
+    store = Store.open(db, "c")
+    rows = store.rows("ordinal >= 0", ["id", "path", "vector", "text"])
+    ids = [r["id"] for r in rows]
+    files = {p: (r.sha256, r.status, r.n_chunks) for p, r in store.file_records().items()}
+    return {
+        "ids": sorted(ids),
+        "duplicates": len(ids) - len(set(ids)),
+        "files": files,
+        "vectors": {r["id"]: [round(x, 6) for x in r["vector"]] for r in rows},
+    }
+
+
+INDEX_ARGS = ["index", "--collection", "c", "--encoder", "hashing", "-o", "max_tokens=12"]
+ENV = {"DOCSEARCH_COMMIT_CHUNKS": "4"}
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    root = make_corpus(tmp_path_factory.mktemp("crash") / "docs")
+    db = str(root.parent / "clean-db")
+    result = run_cli(*INDEX_ARGS, str(root), "--db", db, env=ENV)
+    assert result.returncode == 0, result.stderr
+    return root, snapshot(db)
+
+
+@pytest.mark.parametrize("kill_after_batches", [0, 2, 5])
+def test_killed_between_batches_then_rerun_equals_clean_build(
+    clean: tuple[Path, dict[str, Any]], tmp_path: Path, kill_after_batches: int
+) -> None:
+    root, expected = clean
+    db = str(tmp_path / "db")
+    killed = run_cli(
+        *INDEX_ARGS, str(root), "--db", db,
+        env={**ENV, "DOCSEARCH_FAKE_KILL_AFTER": str(kill_after_batches)},
+    )
+    assert killed.returncode == -signal.SIGKILL
+    finished = run_cli(*INDEX_ARGS, str(root), "--db", db, env=ENV)
+    assert finished.returncode == 0, finished.stderr
+    got = snapshot(db)
+    assert got["duplicates"] == 0
+    assert got == expected
+
+
+@pytest.mark.parametrize("delay", [1.5, 3.0])
+def test_killed_at_a_random_moment_then_rerun_equals_clean_build(
+    clean: tuple[Path, dict[str, Any]], tmp_path: Path, delay: float
+) -> None:
+    root, expected = clean
+    db = str(tmp_path / "db")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **ENV,
+           "DOCSEARCH_FAKE_SLEEP": "0.1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "docsearch.app.cli", *INDEX_ARGS, str(root), "--db", db],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    finished = run_cli(*INDEX_ARGS, str(root), "--db", db, env=ENV)
+    assert finished.returncode == 0, finished.stderr
+    assert snapshot(db) == expected
+
+
+def test_crash_between_chunk_and_file_commits(
+    clean: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks written, files table not: the rerun redoes those files without duplicates."""
+    from docsearch.indexer.collection import prepare
+    from docsearch.indexer.pipeline import index_folder
+
+    root, expected = clean
+    db = str(tmp_path / "db")
+
+    def prepared():  # type: ignore[no-untyped-def]
+        return prepare(db, "c", encoder_name="hashing", options={"max_tokens": 12},
+                       default_encoder="hashing", cap=None, overlap=0)
+
+    p = prepared()
+    real_merge = p.store.files_table.merge_insert
+    calls = {"n": 0}
+
+    def crash_on_second_files_commit(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated power cut after the chunks commit")
+        return real_merge(*args, **kwargs)
+
+    monkeypatch.setattr(p.store.files_table, "merge_insert", crash_on_second_files_commit)
+    with pytest.raises(RuntimeError, match="power cut"):
+        index_folder(root, p.store, p.encoder, p.chunker, group_chunks=4)
+    monkeypatch.undo()
+    p = prepared()
+    report = index_folder(root, p.store, p.encoder, p.chunker, group_chunks=4)
+    assert report.chunks_reused > 0  # the orphaned chunks' vectors were found, not re-embedded
+    assert snapshot(db) == expected

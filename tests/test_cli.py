@@ -1,0 +1,116 @@
+"""The command line: exit codes, one-line errors, output channels, lazy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from docsearch.app.cli import app
+from tests.helpers import REPO, bad_folder, copy_samples, run_cli
+
+runner = CliRunner()
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture
+def indexed(tmp_path: Path) -> tuple[Path, str]:
+    root = copy_samples(tmp_path / "samples")
+    db = str(tmp_path / "db")
+    result = invoke("index", str(root), "--encoder", "hashing", "--db", db)
+    assert result.exit_code == 0, result.output
+    return root, db
+
+
+def test_help_is_fast_and_imports_no_heavy_library() -> None:
+    code = (
+        "import sys; from docsearch.app.cli import app; "
+        "heavy = [m for m in ('torch', 'transformers', 'lancedb', 'gradio', 'pyarrow') if m in sys.modules]; "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("index", "search", "collections", "doctor", "models"):
+        assert command in result.output
+
+
+def test_index_then_search_prints_ranked_results(indexed: tuple[Path, str]) -> None:
+    _, db = indexed
+    result = invoke("search", "motor stall E-MOT-21", "--db", db, "-k", "2")
+    assert result.exit_code == 0
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("1. ") and "X200" in first
+    assert "p. 2" in result.stdout and "**E-MOT-21**" in result.stdout
+    assert "lexical #1" in result.stdout
+
+
+def test_search_json_and_collection_name_from_folder(indexed: tuple[Path, str]) -> None:
+    _, db = indexed
+    result = invoke("search", "Section 7.2(a)", "--db", db, "--json", "--mode", "lexical")
+    hits = json.loads(result.stdout)
+    assert hits[0]["path"].endswith("acme-globex-msa.pdf") and hits[0]["pages"] == "3"
+    listed = json.loads(invoke("collections", "list", "--json", "--db", db).stdout)
+    assert [c["name"] for c in listed] == ["samples"]
+    assert listed[0]["files"] == 5 and listed[0]["encoder_spec"]["encoder"] == "hashing"
+
+
+def test_second_index_run_embeds_nothing(indexed: tuple[Path, str]) -> None:
+    root, db = indexed
+    result = invoke("index", str(root), "--db", db)
+    assert result.exit_code == 0
+    assert "0 embedded" in result.stderr and "5 unchanged" in result.stderr
+
+
+def test_bad_folder_exits_3_and_names_each_bad_file(tmp_path: Path) -> None:
+    expected = bad_folder(tmp_path / "bad")
+    result = invoke("index", str(tmp_path / "bad"), "--encoder", "hashing", "--db", str(tmp_path / "db"))
+    assert result.exit_code == 3
+    failed = [line for line in result.stderr.splitlines() if line.startswith("failed: ")]
+    assert len(failed) == len(expected)
+    for name, fragment in expected.items():
+        line = next(f for f in failed if f"/{name}: " in f)
+        assert fragment.lower() in line.lower()
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["index", "{tmp}/nope"], 2, "no such file or folder"),
+        (["index", "{tmp}", "--encoder", "bogus"], 2, "unknown encoder 'bogus'; available:"),
+        (["search", "   "], 2, "empty query"),
+        (["search", "x", "--collection", "missing"], 2, "no collection named 'missing'"),
+        (["index", "{tmp}", "-o", "novalue"], 2, "use KEY=VALUE"),
+    ],
+)
+def test_bad_cli_input_is_one_clear_line(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    result = run_cli(*[a.replace("{tmp}", str(tmp_path)) for a in args], "--db", str(tmp_path / "db"))
+    assert result.returncode == code
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.startswith("error:")]) == 1
+
+
+def test_encoder_mismatch_says_how_to_reindex(indexed: tuple[Path, str]) -> None:
+    root, db = indexed
+    result = invoke("index", str(root), "--db", db, "--encoder", "none")
+    assert result.exit_code == 1
+    assert "docsearch collections drop samples" in result.stderr
+
+
+def test_doctor_and_drop(indexed: tuple[Path, str]) -> None:
+    _, db = indexed
+    report = json.loads(invoke("doctor", "--json", "--db", db).stdout)
+    health = report["collections"]["samples"]
+    assert health["fts_index"] and health["fts_unindexed_rows"] == 0 and not health["failed_files"]
+    assert invoke("collections", "drop", "samples", "--yes", "--db", db).exit_code == 0
+    assert json.loads(invoke("collections", "list", "--json", "--db", db).stdout) == []

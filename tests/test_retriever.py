@@ -1,0 +1,123 @@
+"""Search over a real LanceDB collection of the sample corpus (hashing fake encoder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from docsearch.errors import UsageError
+from docsearch.fusion import Fusion, minmax, ranks, rrf
+from docsearch.indexer.collection import prepare
+from docsearch.indexer.pipeline import index_folder
+from docsearch.retriever import Retriever, build_where
+from tests.helpers import copy_samples
+
+
+@pytest.fixture(scope="module")
+def samples_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = copy_samples(tmp_path_factory.mktemp("ret") / "samples")
+    db = str(root.parent / "db")
+    p = prepare(db, "samples", encoder_name="hashing", options={"max_tokens": 120},
+                default_encoder="hashing", cap=None, overlap=0)
+    report = index_folder(root, p.store, p.encoder, p.chunker)
+    assert not report.failed
+    return db
+
+
+def test_hybrid_reports_rank_and_score_per_leg(samples_db: str) -> None:
+    hits = Retriever("samples", db=samples_db).search("motor stall error code E-MOT-21", k=3)
+    top = hits[0]
+    assert top.path.endswith("x200-infusion-pump-service-manual.txt")
+    assert top.pages == "2"
+    assert set(top.scores) == {"dense", "lexical"}
+    assert top.scores["lexical"]["rank"] == 1 and top.scores["lexical"]["score"] > 0
+    assert top.scores["dense"]["rank"] >= 1
+    expected = 1 / (60 + top.scores["dense"]["rank"]) + 1 / (60 + top.scores["lexical"]["rank"])
+    assert top.score == pytest.approx(expected)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert len({h.doc_id for h in hits}) == len(hits)  # one hit per document
+
+
+@pytest.mark.parametrize(
+    ("query", "document", "page"),
+    [
+        ("Section 7.2(a)", "acme-globex-msa.pdf", "3"),
+        ("ISO/IEC 27001:2022", "acme-globex-msa.pdf", "3"),
+        ("PPR-9087", "x200-infusion-pump-service-manual.txt", None),
+        ("ISO 13485:2016", None, None),
+    ],
+)
+def test_lexical_finds_exact_identifiers(
+    samples_db: str, query: str, document: str | None, page: str | None
+) -> None:
+    hits = Retriever("samples", db=samples_db).search(query, k=3, mode="lexical")
+    if document:
+        assert hits[0].path.endswith(document)
+    ident = query.split()[-1]
+    assert f"**{ident}**" in hits[0].snippet
+    assert ident in hits[0].text
+    if page:
+        assert hits[0].pages == page
+
+
+def test_lexical_stems_terms(samples_db: str) -> None:
+    hits = Retriever("samples", db=samples_db).search("terminating agreements", mode="lexical")
+    assert any("**" in h.snippet and "erminat" in h.snippet for h in hits)
+
+
+def test_passages_and_filters(samples_db: str) -> None:
+    retriever = Retriever("samples", db=samples_db)
+    passages = retriever.search("termination", k=5, mode="lexical", granularity="passage")
+    assert len({p.chunk_id for p in passages}) == len(passages)
+    assert len({p.doc_id for p in passages}) < len(passages)  # several passages of one contract
+    only_md = retriever.search("confidential information", mode="lexical", path="*.md")
+    assert only_md and all(h.path.endswith(".md") for h in only_md)
+    page3 = retriever.search("termination", mode="lexical", where="page_start = 3")
+    assert page3 and all(h.page_start == 3 for h in page3)
+
+
+def test_vector_mode_uses_only_the_dense_leg(samples_db: str) -> None:
+    hits = Retriever("samples", db=samples_db).search("blood pressure monitoring", mode="vector")
+    assert hits and all(set(h.scores) == {"dense"} for h in hits)
+    assert hits[0].path.endswith("hypertension-guideline.html")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"query": "  "}, "empty query"),
+        ({"query": "x", "mode": "semantic"}, "unknown mode"),
+        ({"query": "x", "k": 0}, "at least 1"),
+        ({"query": "x", "granularity": "page"}, "granularity"),
+    ],
+)
+def test_bad_search_input(samples_db: str, kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(UsageError, match=message):
+        Retriever("samples", db=samples_db).search(**kwargs)
+
+
+def test_default_collection_is_the_only_one(samples_db: str) -> None:
+    assert Retriever(db=samples_db).collection == "samples"
+
+
+def test_build_where_combines_sql_and_glob() -> None:
+    assert build_where("page_start > 2", "contracts/*.pdf") == (
+        "(page_start > 2) AND path LIKE 'contracts/%.pdf'"
+    )
+    assert build_where(None, "it's*") == "path LIKE 'it''s%'"
+    assert build_where(None, None) is None
+
+
+def test_rrf_and_minmax_by_hand() -> None:
+    legs = {"dense": {"a": 0.9, "b": 0.5}, "lexical": {"b": 10.0, "c": 3.0}}
+    assert ranks(legs["lexical"]) == {"b": 1, "c": 2}
+    fused = rrf(legs, {"dense": 1.0, "lexical": 2.0}, k=60)
+    assert fused["a"] == pytest.approx(1 / 61)
+    assert fused["b"] == pytest.approx(1 / 62 + 2 / 61)
+    assert fused["c"] == pytest.approx(2 / 62)
+    blended = minmax(legs, {"dense": 1.0, "lexical": 1.0})
+    assert blended == pytest.approx({"a": 1.0, "b": 1.0, "c": 0.0})
+    assert Fusion("minmax")(legs) == blended
+    with pytest.raises(ValueError, match="unknown fusion"):
+        Fusion("max")(legs)
