@@ -380,7 +380,7 @@ def _index_one(
         doc = extract(path, data, display_path=key)
     except ExtractionError as exc:
         if _serving(old):
-            kept = FileRecord(**{**old.__dict__, "reason": ""})  # type: ignore[arg-type]
+            kept = FileRecord(**{**old.__dict__, "reason": ""})
             reason = str(exc).split("; still serving")[0]
             indexer.fail(kept, f"{reason}; still serving the previously indexed version", True)
         else:
