@@ -1,0 +1,37 @@
+# docsearch image: the same install path as the Makefile (scripts/install.sh).
+#   CPU:  docker build -t docsearch .
+#   CUDA: docker build -t docsearch:cuda --build-arg VARIANT=cuda .
+# Run:   docker run --rm -v "$PWD/contracts:/docs:ro" -v docsearch-data:/data docsearch index /docs
+FROM python:3.11-slim-bookworm
+
+# cpu: torch from the CPU wheel index; cuda: CUDA 12.8 wheels plus the flash-attn extra.
+ARG VARIANT=cpu
+ARG EXTRAS=ui
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    DOCSEARCH_HOME=/data \
+    HF_HOME=/data/huggingface
+
+WORKDIR /opt/docsearch
+COPY pyproject.toml README.md CHANGELOG.md ./
+COPY scripts/install.sh scripts/install.sh
+COPY docsearch docsearch
+
+RUN if [ "$VARIANT" = "cuda" ]; then \
+        export TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 EXTRAS="$EXTRAS,gpu"; \
+    else \
+        export TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu; \
+    fi \
+    && PYTHON=python VENV=none EDITABLE=0 scripts/install.sh \
+    && useradd --create-home --uid 10001 docsearch \
+    && mkdir -p /data \
+    && chown docsearch /data
+
+USER 10001
+VOLUME ["/data"]
+EXPOSE 7860
+ENTRYPOINT ["docsearch"]
+CMD ["--help"]
