@@ -26,7 +26,7 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -55,13 +55,14 @@ WEIGHT_FILES = (
 ADAPTER_CONFIG = "adapter_config.json"
 LLM2VEC_CONFIG = "llm2vec_config.json"
 PARENT_ADAPTER = "mntp"  # subfolder of an adapter folder: the adapter it was trained on top of
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
 
 
 # ---------------------------------------------------------------------------------------------
 # 1. The bidirectional decoder (imported by docsearch.encoders.nv_embed)
 
 
-def make_bidirectional(model: PreTrainedModel) -> PreTrainedModel:
+def make_bidirectional(model: ModuleT) -> ModuleT:
     """Switch a Hugging Face decoder, in place, to bidirectional attention without sliding window.
 
     Sets `is_causal = False` and `sliding_window = None` on every attention module (read by the
@@ -75,7 +76,7 @@ def make_bidirectional(model: PreTrainedModel) -> PreTrainedModel:
         for attribute, value in (("is_causal", False), ("sliding_window", None)):
             if hasattr(module, attribute):
                 setattr(module, attribute, value)
-    config = model.config
+    config: Any = model.config
     config.is_causal = False
     if "sliding_attention" not in (getattr(config, "layer_types", None) or ()):
         config.sliding_window = None
