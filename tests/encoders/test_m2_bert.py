@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,16 @@ ATOL = 1e-10  # float64 parity tolerance (parity/README.md section 1)
 
 def _fixture(name: str) -> dict[str, torch.Tensor]:
     return load_file(str(FIXTURES / f"{name}.safetensors"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """Tiny tensors: a second intra-op thread only adds contention on a shared 2-core box
+    (measured: 8x the CPU time of one thread for the training smoke test)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
