@@ -29,7 +29,9 @@ def _stemmer():  # type: ignore[no-untyped-def]
     return snowballstemmer.stemmer("english")
 
 
+@lru_cache(maxsize=200_000)
 def stem(word: str) -> str:
+    """Snowball stem of a lower-cased word (cached: snippets stem the same words again and again)."""
     return str(_stemmer().stemWord(word.lower()))
 
 

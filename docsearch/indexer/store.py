@@ -23,6 +23,20 @@ from docsearch.encoders.base import describe, same_identity
 from docsearch.errors import CollectionNotFoundError, EncoderMismatchError, UsageError
 
 SCHEMA_VERSION = 1
+RESULT_COLUMNS = [
+    "id",
+    "doc_id",
+    "path",
+    "title",
+    "text",
+    "ordinal",
+    "page_start",
+    "page_end",
+    "char_start",
+    "char_end",
+    "heading_path",
+    "n_tokens",
+]  # what search returns: everything but the vector
 META_KEY = b"docsearch"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -329,24 +343,21 @@ class Store:
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
         query = self.chunks.search(vector.astype(np.float32), vector_column_name="vector")
-        query = query.distance_type("cosine").limit(k)
+        query = query.distance_type("cosine").select([*RESULT_COLUMNS, "_distance"]).limit(k)
         if where:
             query = query.where(where, prefilter=True)
         rows = query.to_list()
         for row in rows:
             row["_score"] = 1.0 - float(row.pop("_distance"))
-            row.pop("vector", None)
         return rows
 
     def search_text(self, query: Any, k: int, where: str | None) -> list[dict[str, Any]]:
         """BM25 over `text`; `query` is a string or a LanceDB FTS query object (phrase...)."""
-        search = self.chunks.search(query, query_type="fts", fts_columns="text").limit(k)
+        search = self.chunks.search(query, query_type="fts", fts_columns="text")
+        search = search.select([*RESULT_COLUMNS, "_score"]).limit(k)
         if where:
             search = search.where(where, prefilter=True)
-        rows = search.to_list()
-        for row in rows:
-            row.pop("vector", None)
-        return rows
+        return list(search.to_list())
 
 
 def drop_collection(db_uri: str, name: str) -> None:

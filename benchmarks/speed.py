@@ -1,0 +1,251 @@
+"""Speed of the foundation: CLI start-up, cold lexical search, indexing throughput, search latency.
+
+    python benchmarks/speed.py [--cuad-docs 40] [--sizes 10000 100000] [--queries 200]
+
+Writes benchmarks/results/speed.json and speed.md. Measures
+- `docsearch --help` wall time and a cold `docsearch search --mode lexical` (fresh processes);
+- indexing throughput (chunks/s, tokens/s) of `docsearch index` with the default encoder on the
+  first N contracts of ../shared/data/cuad written out as text files;
+- search latency p50/p95 per mode on synthetic collections of 10k and 100k chunks (query
+  encoding excluded: the dense leg gets a precomputed query vector).
+Targets (issue 2): --help < 0.5 s, cold lexical < 2 s, lexical and vector p50 < 30 ms at 100k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+DATA = REPO.parent / "shared" / "data"
+DIM = 384
+
+
+def wall(cmd: list[str], env: dict[str, str], repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(cmd, env=env, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "docsearch.app.cli", *args]
+
+
+def startup(db: str, env: dict[str, str], repeats: int) -> dict[str, Any]:
+    samples = str(REPO / "docsearch" / "corpora" / "samples")
+    subprocess.run(
+        cli("index", samples, "--encoder", "none", "--db", db),
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    helps = wall([str(Path(sys.executable).parent / "docsearch"), "--help"], env, repeats)
+    lexical = wall(
+        [
+            str(Path(sys.executable).parent / "docsearch"),
+            "search",
+            "termination for cause",
+            "--mode",
+            "lexical",
+            "--db",
+            db,
+        ],
+        env,
+        repeats,
+    )
+    return {
+        "help_s": helps,
+        "help_median_s": statistics.median(helps),
+        "cold_lexical_s": lexical,
+        "cold_lexical_median_s": statistics.median(lexical),
+    }
+
+
+def indexing(n_docs: int, db: str, env: dict[str, str]) -> dict[str, Any]:
+    folder = Path(tempfile.mkdtemp(prefix="cuad-"))
+    with (DATA / "cuad" / "corpus.jsonl").open() as handle:
+        for i, line in zip(range(n_docs), handle, strict=False):
+            doc = json.loads(line)
+            (folder / f"{i:03d}.txt").write_text(doc.get("title", "") + "\n\n" + doc["text"])
+    start = time.perf_counter()
+    out = subprocess.run(
+        cli("index", str(folder), "--collection", "cuad", "--db", db),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.perf_counter() - start
+    summary = [line for line in out.stderr.splitlines() if line.startswith("chunks:")]
+    from docsearch.indexer.store import Store
+
+    store = Store.open(db, "cuad")
+    rows = store.rows("ordinal >= 0", ["n_tokens"])
+    tokens = sum(r["n_tokens"] for r in rows)
+    return {
+        "docs": n_docs,
+        "chunks": len(rows),
+        "tokens": tokens,
+        "wall_s": seconds,
+        "chunks_per_s": len(rows) / seconds,
+        "tokens_per_s": tokens / seconds,
+        "cli_summary": summary,
+        "encoder": store.meta.encoder,
+    }
+
+
+def synthetic_rows(n: int, rng: np.random.Generator, vocab: list[str]) -> list[dict[str, Any]]:
+    weights = 1.0 / np.arange(1, len(vocab) + 1)
+    weights /= weights.sum()
+    rows = []
+    for i in range(n):
+        words = rng.choice(len(vocab), size=120, p=weights)
+        vec = rng.standard_normal(DIM).astype(np.float32)
+        rows.append(
+            {
+                "id": f"s{i}",
+                "doc_id": f"d{i // 10}",
+                "path": f"/synthetic/doc{i // 10}.txt",
+                "title": f"doc {i // 10}",
+                "text": " ".join(vocab[w] for w in words),
+                "ordinal": i % 10,
+                "page_start": 1,
+                "page_end": 1,
+                "char_start": 0,
+                "char_end": 1,
+                "heading_path": "",
+                "n_tokens": 120,
+                "truncated": False,
+                "file_sha256": "",
+                "text_sha": f"t{i}",
+                "vector": (vec / np.linalg.norm(vec)).tolist(),
+            }
+        )
+    return rows
+
+
+class PrecomputedQueries:
+    """Stands in for the query encoder so the timing covers search only."""
+
+    def __init__(self, vectors: np.ndarray) -> None:
+        self.vectors, self.i = vectors, 0
+        self.dim, self.max_tokens, self.name = DIM, 256, "precomputed"
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        self.i = (self.i + 1) % len(self.vectors)
+        return self.vectors[self.i : self.i + 1]
+
+
+def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
+    from docsearch.indexer.store import CollectionMeta, Store
+    from docsearch.retriever import Retriever
+
+    rng = np.random.default_rng(0)
+    vocab = [f"w{i}" for i in range(20000)]
+    spec = {"encoder": "precomputed", "options": {}, "dim": DIM, "max_tokens": 256}
+    out: dict[str, Any] = {}
+    for size in sizes:
+        name = f"synthetic{size}"
+        store = Store.open_or_create(db, name, CollectionMeta(encoder=spec, chunker={}))
+        start = time.perf_counter()
+        for lo in range(0, size, 10000):
+            store.chunks.add(synthetic_rows(min(10000, size - lo), rng, vocab))
+        store.refresh_indexes()
+        build = time.perf_counter() - start
+        queries = [" ".join(rng.choice(vocab[:2000], size=3)) for _ in range(n_queries)]
+        vectors = rng.standard_normal((n_queries, DIM)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        retriever = Retriever(name, db=db, encoder=PrecomputedQueries(vectors))  # type: ignore[arg-type]
+        out[str(size)] = {"build_s": build}
+        for mode in ("lexical", "vector", "hybrid"):
+            retriever.search(queries[0], k=10, mode=mode)  # warm caches
+            times = []
+            for q in queries:
+                t0 = time.perf_counter()
+                retriever.search(q, k=10, mode=mode)
+                times.append((time.perf_counter() - t0) * 1000)
+            out[str(size)][mode] = {
+                "p50_ms": float(np.percentile(times, 50)),
+                "p95_ms": float(np.percentile(times, 95)),
+            }
+        print(f"latency at {size}: {out[str(size)]}", file=sys.stderr)
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    s, ix = result["startup"], result.get("indexing")
+    lines = [
+        "# Speed benchmark",
+        "",
+        f"- date: {result['date']}",
+        f"- machine: {result['machine']}",
+        f"- command: `{result['command']}`",
+        "",
+        "| measure | value | target |",
+        "|---|---|---|",
+        f"| `docsearch --help` wall time (median of {len(s['help_s'])}) | {s['help_median_s']:.2f} s | < 0.5 s |",
+        f"| cold `search --mode lexical` (median of {len(s['cold_lexical_s'])}) | {s['cold_lexical_median_s']:.2f} s | < 2 s |",
+    ]
+    if ix:
+        lines.append(
+            f"| indexing, {ix['docs']} CUAD contracts ({ix['tokens']:,} tokens, {ix['chunks']} chunks) | "
+            f"{ix['chunks_per_s']:.1f} chunks/s, {ix['tokens_per_s']:,.0f} tokens/s | - |"
+        )
+    lines += [
+        "",
+        "Search latency per query, k=10, query encoding excluded:",
+        "",
+        "| chunks | mode | p50 ms | p95 ms |",
+        "|---|---|---|---|",
+    ]
+    for size, modes in result["latency"].items():
+        for mode in ("lexical", "vector", "hybrid"):
+            lines.append(
+                f"| {int(size):,} | {mode} | {modes[mode]['p50_ms']:.1f} | {modes[mode]['p95_ms']:.1f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cuad-docs", type=int, default=40)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    work = tempfile.mkdtemp(prefix="docsearch-speed-")
+    result: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+        "command": "python benchmarks/speed.py " + " ".join(sys.argv[1:]),
+        "startup": startup(f"{work}/startup", env, args.repeats),
+    }
+    print(f"startup: {result['startup']}", file=sys.stderr)
+    if args.cuad_docs and (DATA / "cuad").exists():
+        result["indexing"] = indexing(args.cuad_docs, f"{work}/cuad", env)
+        print(f"indexing: {result['indexing']}", file=sys.stderr)
+    result["latency"] = latency(args.sizes, args.queries, f"{work}/latency")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "speed.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "speed.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
