@@ -491,8 +491,9 @@ class LLM2VecEncoder:
         self._model = self._build(base, stack, attn_implementation)
         self.dim = int(self._model.config.hidden_size)
         self.max_tokens: int | None = self._content_budget()
-        if self.pooling == "bos_token" and self._tokenizer.bos_token_id is None:
-            raise UsageError("this tokenizer has no BOS token; use pooling 'mean' instead")
+        bos = self._tokenizer.bos_token_id
+        if self.pooling == "bos_token" and bos not in self._tokenizer("x")["input_ids"]:
+            raise UsageError("this tokenizer adds no BOS token; use pooling 'mean' instead")
 
     def _build(self, base: Path, stack: Sequence[Path], attn_implementation: str) -> Any:
         model: Any = load_decoder(

@@ -379,3 +379,22 @@ def test_encoder_refuses_bad_options(tmp_path: Path, hf_folders: dict) -> None:
         LLM2VecEncoder(str(hf_folders["llama"]), pooling="max")
     with pytest.raises(EncoderUnavailableError):
         LLM2VecEncoder(str(hf_folders["llama"]), adapter=str(tmp_path))  # not an adapter folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_packaged_decoders_encode_bidirectionally(name: str) -> None:
+    """Real weights (the packaged GGUF conversions): runs, unit norm, differs from causal."""
+    from docsearch.encoders.weights import resolve_model
+
+    try:
+        resolve_model(name)
+    except EncoderUnavailableError as exc:
+        pytest.skip(str(exc))
+    docs = ["The court dismissed the appeal.", "Replace the pump valve every six months."]
+    bidir = LLM2VecEncoder(name, max_length=64)
+    causal = LLM2VecEncoder(name, max_length=64, bidirectional=False)
+    vectors = bidir.encode_documents(docs)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(vectors, causal.encode_documents(docs), atol=1e-3)
+    assert not np.allclose(bidir.encode_queries(docs[:1]), vectors[:1], atol=1e-3)
