@@ -114,3 +114,14 @@ def test_doctor_and_drop(indexed: tuple[Path, str]) -> None:
     assert health["fts_index"] and health["fts_unindexed_rows"] == 0 and not health["failed_files"]
     assert invoke("collections", "drop", "samples", "--yes", "--db", db).exit_code == 0
     assert json.loads(invoke("collections", "list", "--json", "--db", db).stdout) == []
+
+
+def test_a_second_writer_is_refused_while_one_indexes(tmp_path: Path) -> None:
+    from docsearch.indexer.store import writer_lock
+
+    root = copy_samples(tmp_path / "samples")
+    db = str(tmp_path / "db")
+    with writer_lock(db, "samples"):
+        result = run_cli("index", str(root), "--encoder", "hashing", "--db", db)
+    assert result.returncode == 2
+    assert "being indexed by another process" in result.stderr

@@ -140,7 +140,7 @@ def index(
     from docsearch.config import Settings
     from docsearch.indexer.collection import prepare
     from docsearch.indexer.pipeline import index_folder
-    from docsearch.indexer.store import collection_name_for
+    from docsearch.indexer.store import collection_name_for, writer_lock
 
     if not path.exists():
         raise UsageError(f"no such file or folder: {path}")
@@ -155,28 +155,29 @@ def index(
         options["model"] = settings.model
     if adapter:
         options["adapter"] = adapter
-    prepared = prepare(
-        db,
-        name,
-        encoder_name=encoder,
-        options=options,
-        default_encoder=settings.encoder,
-        cap=max_tokens or settings.max_tokens,
-        overlap=settings.overlap if overlap is None else overlap,
-        source=str(root),
-    )
-    with ConsoleProgress(f"indexing {name}") as progress:
-        report = index_folder(
-            root,
-            prepared.store,
-            prepared.encoder,
-            prepared.chunker,
-            include=include or (),
-            exclude=exclude or (),
-            token_budget=settings.token_budget,
-            group_chunks=settings.commit_chunks,
-            progress=progress,
+    with writer_lock(db, name):
+        prepared = prepare(
+            db,
+            name,
+            encoder_name=encoder,
+            options=options,
+            default_encoder=settings.encoder,
+            cap=max_tokens or settings.max_tokens,
+            overlap=settings.overlap if overlap is None else overlap,
+            source=str(root),
         )
+        with ConsoleProgress(f"indexing {name}") as progress:
+            report = index_folder(
+                root,
+                prepared.store,
+                prepared.encoder,
+                prepared.chunker,
+                include=include or (),
+                exclude=exclude or (),
+                token_budget=settings.token_budget,
+                group_chunks=settings.commit_chunks,
+                progress=progress,
+            )
     _print_report(name, report)
     raise typer.Exit(report.exit_code)
 

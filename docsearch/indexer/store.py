@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -358,6 +360,28 @@ class Store:
         if where:
             search = search.where(where, prefilter=True)
         return list(search.to_list())
+
+
+@contextmanager
+def writer_lock(db_uri: str, name: str) -> Iterator[None]:
+    """One writer per collection on a local database; a second one is refused, not queued."""
+    if "://" in db_uri:  # object stores: LanceDB's optimistic commits are the guard
+        yield
+        return
+    import fcntl
+
+    Path(db_uri).mkdir(parents=True, exist_ok=True)
+    with open(Path(db_uri) / f".{name}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"collection {name!r} is being indexed by another process; wait for it to finish"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def drop_collection(db_uri: str, name: str) -> None:
