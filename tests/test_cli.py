@@ -125,3 +125,14 @@ def test_a_second_writer_is_refused_while_one_indexes(tmp_path: Path) -> None:
         result = run_cli("index", str(root), "--encoder", "hashing", "--db", db)
     assert result.returncode == 2
     assert "being indexed by another process" in result.stderr
+
+
+def test_search_defaults_to_the_most_recently_indexed_collection(tmp_path: Path) -> None:
+    db = str(tmp_path / "db")
+    for name, text in (("older", "alpha clause"), ("newer", "beta clause")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "doc.md").write_text(f"# {name}\n\n{text} about indemnity.\n")
+        assert invoke("index", str(folder), "--encoder", "none", "--db", db).exit_code == 0
+    hits = json.loads(invoke("search", "indemnity", "--json", "--db", db).stdout)
+    assert "/newer/" in hits[0]["path"]
