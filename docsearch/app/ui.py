@@ -1,0 +1,404 @@
+"""The search UI (gradio): search first, then the document open at the hit's page.
+
+`build_ui()` returns a `gr.Blocks` with two tabs. Search: a query box, mode, collection and k;
+filters (path glob, file type, modified date); ranked results (title, path, pages, score with its
+per-leg breakdown, snippet with the query terms marked); clicking a result previews its document
+at the page (PDF pages rendered with the passage and terms boxed; text with the passage marked and
+scrolled to). Index: a folder under the allowed root, progress, and the per-file report.
+`serve()` mounts the UI next to the guarded file route (`files.py`) and binds localhost by default.
+Every handler turns a `DocsearchError` into a message in the page; anything else is logged on the
+server and shown as one line, never a traceback.
+Not here: the actions behind the events (`ui_actions.py`), reading files (`files.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docsearch.app.files import list_folders
+from docsearch.app.ui_actions import (
+    ENCODER_CHOICES,
+    FILE_TYPES,
+    MAX_K,
+    MODES,
+    Filters,
+    UIContext,
+    UIProgress,
+    attempt,
+    hit_item,
+    message_html,
+    results_html,
+    status_html,
+)
+from docsearch.config import Settings
+from docsearch.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------
+# The gradio layer
+
+CSS = """
+.ds-msg { padding: .6em .8em; border-radius: 6px; margin: .3em 0; }
+.ds-error { background: #fdecea; color: #8a1c12; border: 1px solid #f5c2bd; }
+.ds-info { background: #eef4fd; color: #163d6b; border: 1px solid #c6d9f5; }
+.ds-hits { list-style: none; padding: 0; margin: 0; }
+.ds-hit { padding: .6em .4em; border-bottom: 1px solid var(--border-color-primary); }
+.ds-hit.ds-active { background: var(--background-fill-secondary); }
+.ds-open { font-weight: 600; font-size: 1.05em; color: var(--link-text-color); background: none;
+           border: none; padding: 0; cursor: pointer; text-align: left; }
+.ds-open:hover { text-decoration: underline; }
+.ds-rank, .ds-pages, .ds-path, .ds-score, .ds-heading, .ds-summary { color: var(--body-text-color-subdued);
+           font-size: .9em; }
+.ds-snippet { margin: .3em 0; line-height: 1.45; }
+.ds-snippet mark, .ds-text mark { background: #ffe066; color: inherit; padding: 0 1px; }
+.ds-page { position: relative; display: inline-block; width: 100%; }
+.ds-page-img { width: 100%; display: block; border: 1px solid var(--border-color-primary); }
+.ds-box { position: absolute; pointer-events: none; }
+.ds-box.ds-hl { background: rgba(255, 214, 0, .45); }
+.ds-box.ds-passage { background: rgba(80, 150, 255, .16); }
+.ds-text { white-space: pre-wrap; font-family: var(--font-mono); font-size: .85em; line-height: 1.5; }
+.ds-text .ds-chunk { background: rgba(80, 150, 255, .08); }
+.ds-text .ds-passage { background: rgba(80, 150, 255, .22); }
+.ds-pagemark { display: block; color: var(--body-text-color-subdued); border-top: 1px dashed #aaa;
+               margin: .8em 0 .3em; font-family: var(--font); }
+.ds-cut { color: var(--body-text-color-subdued); font-style: italic; }
+"""
+
+# Clicking a result asks the server to preview it (by rank: the server holds the hits).
+RESULTS_JS = """
+element.addEventListener('click', (event) => {
+  if (event.target.closest('a')) return;
+  const hit = event.target.closest('.ds-hit');
+  if (!hit) return;
+  element.querySelectorAll('.ds-hit').forEach((h) => h.classList.toggle('ds-active', h === hit));
+  trigger('click', {rank: Number(hit.dataset.rank)});
+});
+"""
+PREVIEW_JS = """
+watch('value', () => {
+  const passage = element.querySelector('#ds-passage, .ds-box.ds-passage, .ds-box.ds-hl');
+  if (passage) passage.scrollIntoView({block: 'center'});
+});
+"""
+
+
+def _gradio() -> Any:
+    """Import gradio with its files kept private to this process and no calls home."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    if "GRADIO_TEMP_DIR" not in os.environ:
+        os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="docsearch-ui-")
+    import gradio as gr
+
+    return gr
+
+
+def build_ui(
+    collection: str | None = None,
+    *,
+    db: str | None = None,
+    root: Path | None = None,
+    settings: Settings | None = None,
+) -> Any:
+    """The docsearch UI as a `gr.Blocks` (not launched; see `serve`)."""
+    gr = _gradio()
+    settings = settings or Settings()
+    ctx = UIContext(db or settings.db, settings, collection, root.resolve() if root else None)
+    with gr.Blocks(title="docsearch", analytics_enabled=False) as demo:
+        gr.Markdown("## docsearch", elem_id="ds-header")
+        status = gr.HTML("", elem_id="ds-status")
+        with gr.Tab("Search", id="search"):
+            collection_box = _search_tab(gr, ctx)
+        with gr.Tab("Index", id="index"):
+            _index_tab(gr, ctx, collection_box)
+        demo.load(lambda: _on_load(gr, ctx), outputs=[collection_box, status])
+        collection_box.change(lambda name: status_html(ctx, name), [collection_box], [status])
+    demo.docsearch_context = ctx  # for serve() and tests
+    return demo
+
+
+def _on_load(gr: Any, ctx: UIContext) -> tuple[Any, str]:
+    update = _collection_choices(gr, ctx)
+    return update, status_html(ctx, update["value"])
+
+
+def _collection_choices(gr: Any, ctx: UIContext, selected: str | None = None) -> Any:
+    names = attempt(ctx.collections, lambda _: [])
+    value = selected if selected in names else attempt(ctx.default_collection, lambda _: None)
+    return gr.update(choices=names, value=value)
+
+
+@dataclass
+class SearchView:
+    """The search tab's components, so layout and wiring can be read separately."""
+
+    inputs: list[Any]  # query, collection, mode, k, glob, types, after, before
+    go: Any
+    message: Any
+    results: Any
+    hits: Any  # gr.State: what each result points at (kept on the server)
+    nav: Any  # gr.State: the previewed hit and page
+    preview: list[Any]  # head, body
+    pager: list[Any]  # previous, next
+
+
+def _search_inputs(gr: Any, ctx: UIContext) -> tuple[list[Any], Any]:
+    with gr.Row(equal_height=False):
+        query = gr.Textbox(
+            label="Search",
+            placeholder="e.g. termination for cause",
+            scale=8,
+            elem_id="ds-query",
+            autofocus=True,
+        )
+        go = gr.Button("Search", variant="primary", scale=1, elem_id="ds-search")
+    with gr.Row():
+        collection = gr.Dropdown(
+            attempt(ctx.collections, lambda _: []),
+            value=attempt(ctx.default_collection, lambda _: None),
+            label="Collection",
+            elem_id="ds-collection",
+            scale=2,
+        )
+        mode = gr.Radio(list(MODES), value="hybrid", label="Mode", elem_id="ds-mode", scale=2)
+        k = gr.Slider(1, MAX_K, value=10, step=1, label="Results (k)", elem_id="ds-k", scale=2)
+    with gr.Accordion("Filters", open=False, elem_id="ds-filters"):
+        with gr.Row():
+            glob = gr.Textbox(
+                label="Folder or path glob", placeholder="contracts/*.pdf", elem_id="ds-glob"
+            )
+            types = gr.CheckboxGroup(list(FILE_TYPES), label="File type", elem_id="ds-types")
+        with gr.Row():
+            after = gr.DateTime(label="Modified after", include_time=False, type="string")
+            before = gr.DateTime(label="Modified before", include_time=False, type="string")
+    return [query, collection, mode, k, glob, types, after, before], go
+
+
+def _search_layout(gr: Any, ctx: UIContext) -> SearchView:
+    inputs, go = _search_inputs(gr, ctx)
+    message = gr.HTML("", elem_id="ds-message")
+    with gr.Row():
+        with gr.Column(scale=5):
+            results = gr.HTML(
+                '<p class="ds-summary">Type a query and press Enter.</p>',
+                elem_id="ds-results",
+                js_on_load=RESULTS_JS,
+            )
+        with gr.Column(scale=6):
+            head = gr.HTML(
+                '<p class="ds-summary">Click a result to open it at its page.</p>',
+                elem_id="ds-preview-head",
+            )
+            with gr.Row():
+                prev_btn = gr.Button("◀ Previous page", size="sm", visible=False, elem_id="ds-prev")
+                next_btn = gr.Button("Next page ▶", size="sm", visible=False, elem_id="ds-next")
+            body = gr.HTML("", elem_id="ds-preview", js_on_load=PREVIEW_JS, max_height=900)
+    return SearchView(
+        inputs, go, message, results, gr.State([]), gr.State({}), [head, body], [prev_btn, next_btn]
+    )
+
+
+def _search_tab(gr: Any, ctx: UIContext) -> Any:
+    """Lay out the search tab and wire its events; returns the collection picker."""
+    view = _search_layout(gr, ctx)
+
+    def run_search(
+        query: str,
+        collection: str | None,
+        mode: str,
+        k: float,
+        glob: str,
+        types: list[str],
+        after: str | None,
+        before: str | None,
+    ) -> tuple[Any, ...]:
+        def action() -> tuple[Any, ...]:
+            filters = Filters(glob or "", tuple(types or ()), after, before)
+            found = ctx.search(query, collection, mode, int(k), filters)
+            return (
+                results_html(found),
+                "",
+                [hit_item(h, found.collection, query) for h in found.hits],
+            )
+
+        return attempt(action, lambda msg: (gr.skip(), message_html(msg), gr.skip()))
+
+    def open_hit(items: list[dict[str, Any]], evt: gr.EventData) -> tuple[Any, ...]:
+        rank = int((evt._data or {}).get("rank", 0))
+        if not 1 <= rank <= len(items):
+            return _preview_failed(gr, "that result is gone; search again")
+        return _show(gr, ctx, items[rank - 1], None)
+
+    # The annotation above is a string (postponed evaluation); gradio needs the class itself
+    # to recognise the event-data parameter.
+    open_hit.__annotations__["evt"] = gr.EventData
+
+    def turn(nav: dict[str, Any], step: int) -> tuple[Any, ...]:
+        if not nav:
+            return _preview_failed(gr, "open a result first")
+        return _show(gr, ctx, nav["item"], nav["page"] + step)
+
+    searched = [view.results, view.message, view.hits]
+    for trigger in (view.inputs[0].submit, view.go.click):
+        trigger(run_search, view.inputs, searched, concurrency_limit=4)
+    shown = [*view.preview, view.message, view.nav, *view.pager]
+    view.results.click(open_hit, [view.hits], shown, concurrency_limit=4)
+    view.pager[0].click(lambda nav: turn(nav, -1), [view.nav], shown)
+    view.pager[1].click(lambda nav: turn(nav, 1), [view.nav], shown)
+    return view.inputs[1]
+
+
+def _show(gr: Any, ctx: UIContext, item: dict[str, Any], page: int | None) -> tuple[Any, ...]:
+    def action() -> tuple[Any, ...]:
+        view = ctx.preview(item, page)
+        nav = {"item": item, "page": view.page}
+        first, last = view.paged and view.page > 1, view.paged and view.page < view.pages
+        return (
+            view.head,
+            view.body,
+            "",
+            nav,
+            gr.update(visible=view.paged, interactive=first),
+            gr.update(visible=view.paged, interactive=last),
+        )
+
+    return attempt(action, lambda msg: _preview_failed(gr, msg))
+
+
+def _preview_failed(gr: Any, msg: str) -> tuple[Any, ...]:
+    return (
+        gr.skip(),
+        gr.skip(),
+        message_html(f"cannot preview: {msg}"),
+        gr.skip(),
+        gr.skip(),
+        gr.skip(),
+    )
+
+
+def _index_tab(gr: Any, ctx: UIContext, collection_box: Any) -> None:
+    if ctx.root is None:
+        gr.HTML(
+            message_html(
+                "Indexing from the UI is off. Start the UI with --root FOLDER to "
+                "index folders under FOLDER, or run `docsearch index PATH`.",
+                "info",
+            )
+        )
+        return
+    folders = attempt(lambda: list_folders(ctx.root or Path(".")), lambda _: ["."])
+    gr.Markdown(f"Folders under `{ctx.root}` can be indexed. Unchanged files are skipped.")
+    with gr.Row():
+        folder = gr.Dropdown(
+            folders,
+            value=".",
+            label="Folder",
+            allow_custom_value=True,
+            elem_id="ds-folder",
+            scale=3,
+        )
+        name = gr.Textbox(
+            label="Collection (blank: the folder's name)", elem_id="ds-new-collection", scale=2
+        )
+        encoder = gr.Dropdown(
+            list(ENCODER_CHOICES), value="default", label="Encoder (new collections)", scale=2
+        )
+    start = gr.Button("Index", variant="primary", elem_id="ds-index")
+    status = gr.HTML("", elem_id="ds-index-status")
+    report = gr.Dataframe(
+        headers=["status", "file", "reason"],
+        datatype=["str", "str", "str"],
+        interactive=False,
+        elem_id="ds-index-report",
+        wrap=True,
+    )
+
+    def run(f: str, n: str, e: str, progress: Any = gr.Progress()) -> tuple[Any, ...]:  # noqa: B008
+        def report_progress(done: int, total: int, what: str) -> None:
+            progress((done, max(total, 1)), desc=f"indexing {what}", unit="files")
+
+        def action() -> tuple[Any, ...]:
+            summary, rows = ctx.index(f or ".", n or "", e, UIProgress(report_progress))
+            chosen = n.strip() or None
+            return message_html(summary, "info"), rows, _collection_choices(gr, ctx, chosen)
+
+        return attempt(action, lambda msg: (message_html(msg), gr.skip(), gr.skip()))
+
+    start.click(
+        run,
+        [folder, name, encoder],
+        [status, report, collection_box],
+        concurrency_limit=1,
+        concurrency_id="index",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving
+
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def make_app(demo: Any) -> Any:
+    """A FastAPI app: the guarded file route plus the UI, with gradio serving no user files."""
+    from fastapi import FastAPI
+
+    gr = _gradio()
+    ctx: UIContext = demo.docsearch_context
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    from docsearch.app.files import add_file_route
+
+    add_file_route(app, ctx.guard)
+    demo.queue(default_concurrency_limit=4)
+    return gr.mount_gradio_app(
+        app,
+        demo,
+        path="",
+        allowed_paths=[],
+        show_error=False,
+        ssr_mode=False,
+        mcp_server=False,
+        max_file_size="1mb",
+        css=CSS,
+        footer_links=[],
+    )
+
+
+def check_port(host: str, port: int) -> None:
+    """A clear message now rather than a uvicorn error after gradio has loaded."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port"
+            ) from None
+
+
+def serve(demo: Any, host: str = "127.0.0.1", port: int = 7860) -> None:
+    """Run the UI until interrupted."""
+    import uvicorn
+
+    check_port(host, port)
+    if host not in LOOPBACK:
+        log.warning(
+            "serving on %s: anyone who can reach it can read the indexed documents%s",
+            host,
+            " and index folders under the allowed root" if demo.docsearch_context.root else "",
+        )
+    app = make_app(demo)
+    print(f"docsearch UI on http://{host}:{port} (Ctrl+C to stop)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+__all__ = ["UIContext", "build_ui", "make_app", "serve"]

@@ -1,0 +1,442 @@
+"""What the search UI does, without gradio: search with filters, previews, indexing, HTML.
+
+`UIContext` holds the database, the allowed indexing root and one `Retriever` per collection;
+its methods are the UI's actions (search, preview a hit at its page, index a folder) and raise
+`DocsearchError`s that the gradio layer (`ui.py`) shows as messages. The HTML helpers render
+results (snippets with the query terms in <mark>, score breakdown) with everything escaped.
+Not here: layout and events (`ui.py`), reading files from disk (`files.py`).
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from docsearch.app.files import (
+    DocumentGuard,
+    file_url,
+    find_pdf_page,
+    marked_html,
+    passage_span,
+    pdf_page_count,
+    pdf_page_html,
+    resolve_folder,
+    text_preview_html,
+    unsupported_files,
+)
+from docsearch.config import Settings
+from docsearch.errors import DocsearchError, UsageError
+from docsearch.indexer.store import FileRecord, sql_in
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MODES = ("hybrid", "vector", "lexical")
+FILE_TYPES = {
+    "PDF": (".pdf",),
+    "Word": (".docx",),
+    "Markdown": (".md", ".markdown"),
+    "Text": (".txt", ".text", ".rst"),
+    "HTML": (".html", ".htm"),
+}
+MAX_K = 50
+ENCODER_CHOICES = ("default", "none (lexical only)")
+
+
+@dataclass(frozen=True)
+class Filters:
+    glob: str = ""  # folder or path glob
+    types: tuple[str, ...] = ()  # keys of FILE_TYPES
+    after: str | None = None  # YYYY-MM-DD, modified on or after
+    before: str | None = None  # YYYY-MM-DD, modified on or before
+
+
+@dataclass
+class Searched:
+    """One search's outcome, as the results list shows it."""
+
+    hits: list[Any]
+    seconds: float
+    search_id: int
+    mode: str  # the mode that answered (lexical when the collection has no vectors)
+    collection: str
+    source: str  # the collection's source folder, for short paths
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers: filters and HTML
+
+
+def plain_snippet(marked: str, marks: Sequence[tuple[int, int]], marker: str = "**") -> str:
+    """`Hit.snippet` without its markers (the text may contain '**' itself, so go by the spans)."""
+    width, out, last = len(marker), [], 0
+    for i, (start, end) in enumerate(marks):
+        opened = start + 2 * width * i
+        out.append(marked[last:opened])
+        out.append(marked[opened + width : end + 2 * width * i + width])
+        last = end + 2 * width * (i + 1)
+    out.append(marked[last:])
+    return "".join(out)
+
+
+def parse_day(text: str | None, end_of_day: bool = False) -> float | None:
+    """'2025-03-01' -> a local timestamp (start or end of that day); '' -> None."""
+    if not text or not str(text).strip():
+        return None
+    try:
+        day = datetime.strptime(str(text).strip()[:10], "%Y-%m-%d")
+    except ValueError:
+        raise UsageError(f"bad date {text!r}: use YYYY-MM-DD") from None
+    return day.timestamp() + (86399.999 if end_of_day else 0.0)
+
+
+def filtered_paths(
+    records: dict[str, FileRecord], types: Sequence[str], after: float | None, before: float | None
+) -> list[str]:
+    """Indexed paths of the chosen file types modified within [after, before]."""
+    suffixes = tuple(s for t in types for s in FILE_TYPES.get(t, ()))
+    return sorted(
+        path
+        for path, rec in records.items()
+        if rec.status == "indexed"
+        and (not suffixes or path.lower().endswith(suffixes))
+        and (after is None or rec.mtime >= after)
+        and (before is None or rec.mtime <= before)
+    )
+
+
+def friendly_glob(pattern: str) -> str | None:
+    """A folder/path glob for Retriever.search(path=...): matches anywhere unless it starts with '/'."""
+    pattern = pattern.strip()
+    if not pattern:
+        return None
+    return pattern if pattern.startswith(("/", "*")) else "*" + pattern
+
+
+def answered_mode(asked: str, has_vectors: bool, hits: Sequence[Any]) -> str:
+    """The mode that really answered: hybrid falls back to lexical without vectors or encoder."""
+    if asked != "lexical" and (
+        not has_vectors or (hits and not any("dense" in h.scores for h in hits))
+    ):
+        return "lexical (no vectors)" if not has_vectors else "lexical (encoder unavailable)"
+    return asked
+
+
+def display_path(path: str, source: str) -> str:
+    root = Path(source) if source else None
+    if root is not None and root.suffix:
+        root = root.parent
+    try:
+        return Path(path).relative_to(root).as_posix() if root else path
+    except ValueError:
+        return path
+
+
+def score_line(hit: Any) -> str:
+    legs = " · ".join(
+        f"{leg} #{s['rank']} ({s['score']:.3f})" for leg, s in sorted(hit.scores.items())
+    )
+    return f"score {hit.score:.4f}" + (f" · {legs}" if legs else "")
+
+
+def hit_html(rank: int, hit: Any, collection: str, source: str) -> str:
+    esc = html.escape
+    plain = plain_snippet(hit.snippet, hit.snippet_marks)
+    heading = f'<div class="ds-heading">§ {esc(hit.heading_path)}</div>' if hit.heading_path else ""
+    link = esc(file_url(collection, hit.path, hit.page_start))
+    return (
+        f'<li class="ds-hit" data-rank="{rank}" data-path="{esc(hit.path)}" '
+        f'data-page="{hit.page_start}">'
+        f'<div class="ds-title"><span class="ds-rank">{rank}.</span> '
+        f'<button class="ds-open" data-rank="{rank}">{esc(hit.title or Path(hit.path).name)}'
+        f'</button> <span class="ds-pages">p. {esc(hit.pages)}</span></div>'
+        f'<div class="ds-path">{esc(display_path(hit.path, source))} · '
+        f'<a href="{link}" target="_blank" rel="noopener">open original</a></div>{heading}'
+        f'<div class="ds-snippet">{marked_html(plain, hit.snippet_marks)}</div>'
+        f'<div class="ds-score">{esc(score_line(hit))}</div></li>'
+    )
+
+
+def results_html(found: Searched) -> str:
+    """The ranked list; data attributes let tests and the latency benchmark see a new render."""
+    head = (
+        f'<div class="ds-results" data-search-id="{found.search_id}" data-count="{len(found.hits)}"'
+        f' data-mode="{found.mode}" data-server-ms="{1000 * found.seconds:.1f}">'
+    )
+    if not found.hits:
+        return head + '<p class="ds-empty">No results. Try other words or fewer filters.</p></div>'
+    items = "".join(
+        hit_html(i, h, found.collection, found.source) for i, h in enumerate(found.hits, start=1)
+    )
+    summary = (
+        f'<p class="ds-summary">{len(found.hits)} results in {1000 * found.seconds:.0f} ms · '
+        f"{html.escape(found.mode)}</p>"
+    )
+    return f"{head}{summary}<ol class='ds-hits'>{items}</ol></div>"
+
+
+def message_html(text: str, kind: str = "error") -> str:
+    return f'<div class="ds-msg ds-{kind}" role="alert">{html.escape(text)}</div>' if text else ""
+
+
+def attempt(action: Callable[[], T], failed: Callable[[str], T]) -> T:
+    """Run a UI action; a domain error becomes `failed(message)`, anything else is logged."""
+    try:
+        return action()
+    except DocsearchError as exc:
+        return failed(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the page shows one line, the log has the rest
+        log.exception("UI action failed")
+        return failed(f"unexpected error ({type(exc).__name__}); details are in the server log")
+
+
+# ---------------------------------------------------------------------------------------------
+# What the handlers do, without gradio
+
+
+@dataclass
+class Preview:
+    head: str  # title, page x of n, link to the original
+    body: str
+    page: int
+    pages: int
+    paged: bool  # True for PDFs: prev/next page buttons apply
+
+
+class UIProgress:
+    """The indexer's ProgressSink, reported to a callback (gradio's progress bar)."""
+
+    def __init__(self, report: Callable[[int, int, str], None]) -> None:
+        self.report = report
+        self.total = self.done = self.chunks = 0
+
+    def start(self, files: int) -> None:
+        self.total = files
+        self.report(0, files, "starting")
+
+    def file_done(self, path: str) -> None:
+        self.done += 1
+        self.report(self.done, self.total, Path(path).name)
+
+    def embedded(self, chunks: int, tokens: int) -> None:
+        self.chunks += chunks
+
+    def planned_chunks(self, chunks: int) -> None: ...
+
+
+@dataclass
+class UIContext:
+    """The database, the allowed indexing root and cached per-collection objects."""
+
+    db: str
+    settings: Settings
+    collection: str | None = None
+    root: Path | None = None
+    _retrievers: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _searches: int = 0
+
+    def collections(self) -> list[str]:
+        from docsearch.indexer.store import list_collections
+
+        return list_collections(self.db)
+
+    def default_collection(self) -> str | None:
+        from docsearch.config import resolve_collection
+
+        names = self.collections()
+        if self.collection in names or not names:
+            return self.collection if names else None
+        return resolve_collection(self.db, None)
+
+    def retriever(self, name: str | None) -> Any:
+        from docsearch.retriever import Retriever
+
+        if not name:
+            raise UsageError("no collection yet: index a folder first (Index tab)")
+        with self._lock:
+            if name not in self._retrievers:
+                self._retrievers[name] = Retriever(name, db=self.db, settings=self.settings)
+            return self._retrievers[name]
+
+    def guard(self, name: str) -> DocumentGuard:
+        from docsearch.indexer.store import validate_name
+
+        validate_name(name)
+        roots = [self.root] if self.root else []
+        return DocumentGuard(self.retriever(name).store, roots)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._retrievers.clear()
+
+    def search(
+        self, query: str, collection: str | None, mode: str, k: int, filters: Filters
+    ) -> Searched:
+        retriever = self.retriever(collection)
+        started = time.perf_counter()
+        store, where, hits = retriever.store, None, []
+        lo, hi = parse_day(filters.after), parse_day(filters.before, end_of_day=True)
+        paths = None
+        if filters.types or lo is not None or hi is not None:
+            paths = filtered_paths(store.file_records(), filters.types, lo, hi)
+            where = sql_in("path", paths) if paths else None
+        if paths is None or paths:
+            k = max(1, min(int(k), MAX_K))
+            glob = friendly_glob(filters.glob)
+            hits = retriever.search(query, k=k, mode=mode or None, where=where, path=glob)
+        used = answered_mode(mode or retriever.default_mode(), store.has_vectors, hits)
+        seconds = time.perf_counter() - started
+        return Searched(hits, seconds, self._next_id(), used, store.name, store.meta.source)
+
+    def _next_id(self) -> int:
+        with self._lock:
+            self._searches += 1
+            return self._searches
+
+    def preview(self, item: dict[str, Any], page: int | None = None) -> Preview:
+        """The hit's document at `page` (default: the page where its passage is)."""
+        verified = self.guard(item["collection"]).open(item["path"])
+        if verified.suffix == ".pdf":
+            return self._pdf_preview(verified.data, item, page)
+        return self._text_preview(verified.path, verified.data, item)
+
+    def _pdf_preview(self, data: bytes, item: dict[str, Any], page: int | None) -> Preview:
+        first, last = item["page_start"], item["page_end"]
+        if page is None:
+            page = find_pdf_page(data, first, last, item["anchor"])
+        pages = pdf_page_count(data)
+        page = min(max(1, page), pages)
+        passages = [item["passage"], item["anchor"]] if first <= page <= last else []
+        body = pdf_page_html(data, page, item["query"], passages)
+        return Preview(self._head(item, page, pages), body, page, pages, paged=True)
+
+    def _text_preview(self, path: str, data: bytes, item: dict[str, Any]) -> Preview:
+        from docsearch.indexer.extract import extract
+
+        doc = extract(Path(path), data, display_path=path)
+        text = doc.text
+        start = min(max(0, item["char_start"]), len(text))
+        span = (start, min(max(start, item["char_end"]), len(text)))
+        chunk = text[span[0] : span[1]]
+        found = passage_span(chunk, item["passage"])
+        passage = (span[0] + found[0], span[0] + found[1]) if found else None
+        anchor = passage_span(chunk, item["anchor"])
+        page = doc.page_at(span[0] + anchor[0] if anchor else passage[0] if passage else span[0])
+        starts = [(p.number, p.char_offset) for p in doc.pages]
+        body = text_preview_html(text, span, passage, item["query"], starts)
+        return Preview(self._head(item, page, len(doc.pages)), body, page, len(doc.pages), False)
+
+    @staticmethod
+    def _head(item: dict[str, Any], page: int, pages: int) -> str:
+        link = html.escape(file_url(item["collection"], item["path"], page))
+        title = html.escape(item["title"] or Path(item["path"]).name)
+        return (
+            f'<div class="ds-preview-head" data-page="{page}" data-pages="{pages}">'
+            f"<b>{title}</b> · <span class='ds-page-label'>page {page} of {pages}</span> · "
+            f'<a href="{link}" target="_blank" rel="noopener">open original</a></div>'
+        )
+
+    def index(
+        self, folder: str, name: str, encoder: str, progress: UIProgress
+    ) -> tuple[str, list[list[str]]]:
+        """Index a folder under the allowed root; a summary line and the per-file rows."""
+        from docsearch.indexer.collection import prepare
+        from docsearch.indexer.pipeline import index_folder
+        from docsearch.indexer.store import collection_name_for, validate_name
+
+        if self.root is None:
+            raise UsageError("indexing from the UI is off; start the UI with --root FOLDER")
+        path = resolve_folder(self.root, folder)
+        name = validate_name(name.strip() or collection_name_for(path.name))
+        options = (
+            {"model": self.settings.model} if encoder == "default" and self.settings.model else {}
+        )
+        prepared = prepare(
+            self.db,
+            name,
+            encoder_name=None if encoder == "default" else "none",
+            options=options,
+            default_encoder=self.settings.encoder,
+            cap=self.settings.max_tokens,
+            overlap=self.settings.overlap,
+            source=str(path),
+        )
+        report = index_folder(
+            path,
+            prepared.store,
+            prepared.encoder,
+            prepared.chunker,
+            token_budget=self.settings.token_budget,
+            progress=progress,
+        )
+        self.forget()
+        return _summary(name, report), _report_rows(prepared.store, path, report)
+
+
+def _summary(name: str, report: Any) -> str:
+    return (
+        f"{name}: {report.new} new, {report.changed} changed, {report.renamed} renamed, "
+        f"{report.unchanged} unchanged, {report.deleted} deleted, {len(report.failed)} failed; "
+        f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
+    )
+
+
+def _report_rows(store: Any, folder: Path, report: Any) -> list[list[str]]:
+    """One row per file under `folder`: failed first, then warnings, skipped, indexed."""
+    prefix = str(folder) + os.sep
+    records = {p: r for p, r in store.file_records().items() if p.startswith(prefix)}
+    warned = dict(report.warnings)
+    order = {"failed": 0, "warning": 1, "skipped": 2, "indexed": 3}
+    rows = []
+    for path, rec in records.items():
+        status = "warning" if rec.status == "indexed" and path in warned else rec.status
+        rows.append([status, display_path(path, str(folder)), rec.reason])
+    for path in unsupported_files(folder):
+        rows.append(["skipped", display_path(path, str(folder)), "unsupported file type"])
+    return sorted(rows, key=lambda r: (order.get(r[0], 9), r[1]))
+
+
+def hit_item(hit: Any, collection: str, query: str) -> dict[str, Any]:
+    """What the server keeps per result, so a click sends a rank, never a path."""
+    plain = plain_snippet(hit.snippet, hit.snippet_marks)
+    # The anchor starts at the first marked term: the page to open is where that is.
+    anchor = plain[hit.snippet_marks[0][0] :] if hit.snippet_marks else plain
+    passage = plain.removeprefix("… ").removesuffix(" …")
+    return {
+        "collection": collection,
+        "path": hit.path,
+        "title": hit.title,
+        "page_start": hit.page_start,
+        "page_end": hit.page_end,
+        "char_start": hit.char_start,
+        "char_end": hit.char_end,
+        "passage": passage,
+        "anchor": anchor.removesuffix(" …"),
+        "query": query,
+    }
+
+
+def status_html(ctx: UIContext, name: str | None) -> str:
+    """One line about the selected collection; `data-ready` tells tests the page is wired."""
+
+    def describe() -> str:
+        if not name:
+            return "No collection yet: index a folder (Index tab or `docsearch index PATH`)."
+        store = ctx.retriever(name).store
+        records = store.file_records().values()
+        failed = sum(r.status == "failed" for r in records)
+        kind = "hybrid search" if store.has_vectors else "lexical search only (no encoder)"
+        note = f", {failed} failed (see the Index tab)" if failed else ""
+        return f"{name}: {len(records) - failed} documents{note}, {store.count_chunks()} chunks, {kind}"
+
+    text = attempt(describe, lambda msg: f"cannot open {name}: {msg}")
+    return f'<div class="ds-status" data-ready="1">{html.escape(text)}</div>'

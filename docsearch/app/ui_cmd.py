@@ -1,0 +1,60 @@
+"""`docsearch ui`: the search UI in the browser (cli.py registers it: `app.command("ui")`).
+
+Self-contained on purpose (it does not import cli.py, so cli.py can import it at the top).
+Gradio is imported only when the command runs, so `docsearch --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from docsearch.errors import DocsearchError, UsageError
+
+UI_PACKAGES = ("gradio", "fastapi", "uvicorn", "pypdfium2")
+
+
+def ui_command(
+    collection: Annotated[
+        str | None,
+        typer.Option("--collection", "-c", help="Collection selected at start (default: latest)."),
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; anything but localhost exposes the documents.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 7860,
+    root: Annotated[
+        Path | None,
+        typer.Option(help="Allow indexing folders under this one from the UI (default: off)."),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db", envvar="DOCSEARCH_DB", help="Database folder or URI.", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Open the search UI: search, filters, highlighted snippets, previews at the page.
+
+    Serves on http://127.0.0.1:7860 by default and shows only documents recorded in the index.
+    With --root FOLDER, folders under FOLDER can be indexed from the UI.
+    """
+    try:
+        missing = [p for p in UI_PACKAGES if importlib.util.find_spec(p) is None]
+        if missing:
+            raise UsageError(f"the UI needs {', '.join(missing)}: pip install 'docsearch[ui]'")
+        if root is not None and not root.is_dir():
+            raise UsageError(f"--root must be an existing folder, not {root}")
+        from docsearch.app.ui import build_ui, serve
+
+        serve(build_ui(collection, db=db, root=root), host=host, port=port)
+    except DocsearchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+if __name__ == "__main__":
+    typer.run(ui_command)
