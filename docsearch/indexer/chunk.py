@@ -194,10 +194,10 @@ class Chunker:
                 out.extend(self._fit(text, parts, level + 1))
         return out
 
-    def _split_tokens(self, text: str, span: Span) -> list[Span]:
-        """Hard windows of max_tokens tokens: the last resort for text without boundaries."""
+    def _split_tokens(self, text: str, span: Span, size: int | None = None) -> list[Span]:
+        """Hard windows of `size` (default max_tokens) tokens: the last resort."""
         tokens = self.token_spans(text[span.start : span.end])
-        size = self.settings.max_tokens
+        size = size or self.settings.max_tokens
         cuts = [span.start + tokens[i][0] for i in range(size, len(tokens), size)]
         return _cut(text, span, cuts)
 
@@ -231,12 +231,39 @@ class Chunker:
             used += piece[1]
         return tail
 
+    def _within_budget(
+        self, text: str, windows: list[list[tuple[Span, int]]]
+    ) -> tuple[list[Span], list[int]]:
+        """Window spans and exact token counts, re-splitting windows that overshoot.
+
+        Pieces are counted one by one, but a tokenizer may count their concatenation a few
+        tokens higher (merges across the seams), so each window is recounted as a whole; one
+        that is over budget loses its last piece to a window of its own, and a single piece
+        is cut at token boundaries with a proportionally smaller size.
+        """
+        budget = self.settings.max_tokens
+        for _ in range(8):  # converges in one or two passes in practice
+            spans = [Span(w[0][0].start, w[-1][0].end) for w in windows]
+            counts = self.count_tokens([text[s.start : s.end] for s in spans])
+            if all(n <= budget for n in counts):
+                break
+            fixed: list[list[tuple[Span, int]]] = []
+            for window, n in zip(windows, counts, strict=True):
+                if n <= budget:
+                    fixed.append(window)
+                elif len(window) > 1:
+                    fixed += [window[:-1], window[-1:]]
+                else:
+                    size = max(1, budget * budget // n - 1)
+                    fixed += [[(p, 0)] for p in self._split_tokens(text, window[0][0], size)]
+            windows = fixed
+        return spans, counts
+
     def _finish(
         self, doc: Document, text: str, windows: list[list[tuple[Span, int]]]
     ) -> list[Chunk]:
-        spans = [Span(w[0][0].start, w[-1][0].end) for w in windows]
+        spans, counts = self._within_budget(text, windows)
         texts = [text[s.start : s.end] for s in spans]
-        counts = self.count_tokens(texts)
         headings = HeadingIndex(text)
         return [
             Chunk(

@@ -110,3 +110,18 @@ def test_overlap_repeats_trailing_sentences() -> None:
 
 def test_empty_document_has_no_chunks() -> None:
     assert chunker(10).chunk(build_document("e", "e", ["  \n "])) == []
+
+
+def test_windows_are_recounted_whole_when_seams_add_tokens() -> None:
+    """Subword tokenizers may count a joined window higher than its pieces; no chunk may overshoot."""
+
+    def seams(texts):  # type: ignore[no-untyped-def]
+        return [len(WORD.findall(t)) + t.count("\n") for t in texts]  # each line break costs one
+
+    text = "\n".join(f"Line {i} has five words" for i in range(40))
+    split = Chunker(ChunkerSettings(20), seams, spans).chunk(build_document("x", "x", [text]))
+    assert all(c.n_tokens <= 20 and not c.truncated for c in split)
+    assert sum(len(WORD.findall(c.text)) for c in split) == 40 * 5
+    one_line = " ".join(f"w{i}\n" for i in range(30))
+    long = Chunker(ChunkerSettings(10), seams, spans).chunk(build_document("y", "y", [one_line]))
+    assert all(c.n_tokens <= 10 for c in long)
