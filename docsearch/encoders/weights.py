@@ -203,14 +203,13 @@ def convert_gguf(gguf: Path, target: Path, *, source: str = "") -> Path:
         str(gguf.parent),
         gguf_file=gguf.name,
         quantization_config=GgufConfig(dequantize=True),
-        dtype=torch.float32,
+        dtype=torch.bfloat16,
     )
-    model = model.to(torch.bfloat16)
     # The weights are plain tensors now: drop the GGUF quantisation record so a reload reads a
     # normal checkpoint.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.hf_quantizer = None
+    setattr(model, "hf_quantizer", None)  # noqa: B010 - the attribute is typed as a module
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -323,7 +322,9 @@ def resolve_model(ref: str) -> Path:
     if path.exists():
         raise EncoderUnavailableError(f"{ref!r} is a file, not a model folder")
     repo_id, revision = split_revision(ref)
-    looks_like_path = ref.startswith((".", "/", "~")) or os.sep in ref.strip("/").replace("/", "", 1)
+    looks_like_path = ref.startswith((".", "/", "~")) or os.sep in ref.strip("/").replace(
+        "/", "", 1
+    )
     if looks_like_path:
         raise EncoderUnavailableError(f"model folder {ref!r} does not exist")
     if "/" in repo_id and (cached := _from_hf_cache(repo_id, revision)):

@@ -1,0 +1,239 @@
+"""TwoNN intrinsic dimension (Facco et al., 2017) and KV-Embedding's layer selection by it.
+
+`two_nn(points)` estimates the intrinsic dimension of a point cloud from the ratio of each
+point's second- to first-nearest-neighbour distance. `layer_dimensions` measures it per decoder
+layer on the last-token hidden states of prompted calibration texts; `select_layers` takes the
+minimum (after skipping the earliest layers) and the following ⌊0.1·N⌋ layers, as the paper
+describes. `calibrate` runs this once per model and template and caches the result as JSON
+beside the converted weights (or in the docsearch cache for folders we do not own).
+Not here: the re-routing itself (`kv_embedding.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from docsearch.encoders.weights import cache_dir
+
+log = logging.getLogger(__name__)
+
+METHODS = ("fit", "mle")
+
+# A small built-in calibration sample: short texts across the domains docsearch serves. Each one
+# also contributes its first half, so the sample has 2 x len(CALIBRATION_TEXTS) points.
+CALIBRATION_TEXTS: tuple[str, ...] = (
+    "The lessee shall pay the rent on the first business day of each calendar month.",
+    "Either party may terminate this agreement with ninety days written notice to the other.",
+    "The court held that the arbitration clause was unenforceable against the consumer.",
+    "Confidential information does not include information already in the public domain.",
+    "The licensor grants a non-exclusive, worldwide licence to use the software internally.",
+    "Damages are limited to the fees paid in the twelve months before the claim arose.",
+    "The appellant argued that the trial judge misdirected the jury on the burden of proof.",
+    "This agreement is governed by the laws of the State of New York.",
+    "Patients were randomised to receive either the study drug or a matching placebo.",
+    "The primary endpoint was overall survival at twenty-four months after enrolment.",
+    "Adverse events were more frequent in the higher dose group than in the control group.",
+    "Serum creatinine rose steadily during the first week of treatment.",
+    "The cohort included 1,204 adults with type 2 diabetes followed for five years.",
+    "Vitamin D supplementation did not reduce the incidence of fractures in older women.",
+    "Inflammation of the airways is a hallmark of chronic asthma.",
+    "The mutation disrupts the binding site of the transcription factor.",
+    "Tighten the four mounting bolts to 25 newton metres in a diagonal pattern.",
+    "Disconnect the power supply before opening the control cabinet.",
+    "The pump delivers 40 litres per minute at a head of twelve metres.",
+    "If the error light flashes twice, reset the controller and check the sensor cable.",
+    "The bridge deck is supported by prestressed concrete girders spaced two metres apart.",
+    "Firmware version 3.2 adds support for the new temperature probe.",
+    "Replace the air filter every 500 operating hours or once a year.",
+    "The valve must be inspected for corrosion before each pressure test.",
+    "We propose a neural network that learns sentence embeddings without labelled data.",
+    "Our parser improves dependency accuracy on low-resource languages.",
+    "The model is trained with a contrastive loss over in-batch negatives.",
+    "Results on the benchmark show a gain of three points over the previous best system.",
+    "Attention weights reveal which input tokens the decoder relies on.",
+    "We release the dataset of annotated dialogues under an open licence.",
+    "Machine translation quality degrades sharply on out-of-domain text.",
+    "The algorithm runs in linear time in the length of the input string.",
+    "The committee agreed to postpone the budget decision until the next meeting.",
+    "Marketing reported that the new product launch exceeded its sales target.",
+    "The project manager asked the team to finish the user interface by Friday.",
+    "We discussed whether the remote control should include a voice recogniser.",
+    "Quarterly revenue grew by eight percent compared with the same period last year.",
+    "The board approved the merger subject to regulatory clearance.",
+    "Staff raised concerns about the new shift schedule at the hospital.",
+    "The school district will hire forty additional teachers this autumn.",
+    "Heavy rain caused the river to burst its banks overnight.",
+    "The recipe calls for two cups of flour and a pinch of salt.",
+    "The museum reopened after a two-year renovation of its east wing.",
+    "A small cafe on the corner serves the best coffee in town.",
+    "The train to the airport leaves every fifteen minutes.",
+    "She finished the marathon in just under four hours.",
+    "The old lighthouse has guided ships along this coast for a century.",
+    "Migratory birds stop at the wetland to rest and feed in spring.",
+    "How long does the warranty last on refurbished laptops?",
+    "What are the side effects of long-term steroid use?",
+    "Which clause covers termination for convenience?",
+    "Does the new regulation apply to small businesses?",
+    "Who is liable when an autonomous vehicle causes an accident?",
+    "Is there evidence that exercise improves memory in older adults?",
+    "How do I calibrate the pressure sensor after replacing it?",
+    "What methods reduce hallucination in large language models?",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "The central bank raised interest rates to curb inflation.",
+    "Volcanic ash can disrupt air travel across an entire continent.",
+    "The novel follows three generations of a family in a fishing village.",
+    "Encryption keys must be rotated at least once every ninety days.",
+    "The survey found that most respondents preferred working from home two days a week.",
+    "Groundwater levels have fallen steadily over the past decade.",
+    "The treaty was signed by twelve nations in the capital last spring.",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# TwoNN
+
+
+def neighbour_ratios(points: np.ndarray) -> np.ndarray:
+    """μ = r2 / r1 for every point with a non-zero nearest-neighbour distance. (n,) float64.
+
+    Distances are computed from differences, not from |x|² + |y|² - 2x·y: hidden states have a
+    few huge coordinates, and the expanded form cancels nearby points to zero.
+    """
+    x = torch.as_tensor(np.asarray(points, dtype=np.float64))  # (n, dim)
+    dist = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")  # (n, n)
+    dist.fill_diagonal_(float("inf"))
+    two = torch.topk(dist, 2, dim=1, largest=False).values.numpy()  # (n, 2): r1 <= r2
+    keep = two[:, 0] > 0  # exact duplicates carry no information
+    return np.asarray(two[keep, 1] / two[keep, 0])
+
+
+def two_nn(points: np.ndarray, *, method: str = "fit", discard: float = 0.1) -> float:
+    """Intrinsic dimension of `points` (n, dim) by TwoNN.
+
+    `fit` (Facco et al.): μ follows a Pareto law, 1 - F(μ) = μ^-d, so -ln(1 - F(μ)) against ln μ
+    is a line through the origin with slope d; fitted by least squares after discarding the
+    largest `discard` fraction of μ (the noisy tail). `mle`: d = n / Σ ln μ.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown TwoNN method {method!r}; use one of {METHODS}")
+    mu = np.sort(neighbour_ratios(points))
+    if len(mu) < 3:
+        raise ValueError("TwoNN needs at least 3 distinct points")
+    if method == "mle":
+        return float(len(mu) / np.log(mu).sum())
+    n = len(mu)
+    keep = max(2, int(math.floor(n * (1.0 - discard))))
+    x = np.log(mu[:keep])
+    y = -np.log(1.0 - np.arange(1, keep + 1) / n)  # empirical F at the i-th smallest μ is i / n
+    return float((x * y).sum() / (x * x).sum())
+
+
+def select_layers(dims: Sequence[float], *, skip: float = 0.2, span: float = 0.1) -> list[int]:
+    """Layers to re-route: l* = argmin of `dims` over layers ≥ ⌊skip·N⌋, then ⌊span·N⌋ more.
+
+    `dims[l]` is the intrinsic dimension after decoder layer l (0-indexed), N = len(dims).
+    `select_layers([9, 3, 5, 4, 8, 7, 6, 9, 9, 9], skip=0.2) -> [3, 4]`.
+    """
+    n = len(dims)
+    first = min(int(math.floor(skip * n)), n - 1)
+    best = first + int(np.argmin(np.asarray(dims[first:], dtype=np.float64)))
+    return list(range(best, min(n, best + int(math.floor(span * n)) + 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-layer profile of a decoder
+
+
+def calibration_sample(texts: Sequence[str] | None = None) -> list[str]:
+    """The texts to calibrate on: the given ones, or the built-in sample with half-texts."""
+    if texts is not None:
+        return [t for t in texts if t.strip()]
+    halves = [" ".join(t.split()[: max(1, len(t.split()) // 2)]) for t in CALIBRATION_TEXTS]
+    return list(CALIBRATION_TEXTS) + halves
+
+
+def last_token_states(model: Any, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Last-token hidden state after each decoder layer, [(batch, dim)] * N_layers."""
+    out = model(**inputs, output_hidden_states=True)
+    return [h[:, -1].float().cpu() for h in out.hidden_states[1:]]  # [0] is the embedding output
+
+
+def layer_dimensions(
+    model: Any, tokenizer: Any, texts: Sequence[str], template: str, *, method: str = "fit"
+) -> list[float]:
+    """TwoNN dimension per decoder layer of the last-token states of `template`-wrapped texts."""
+    from docsearch.encoders.decoder_common import budget_batches, left_pad, tokenize
+
+    items = [tokenize(tokenizer, template, t).ids for t in texts]
+    per_layer: list[list[torch.Tensor]] = []
+    device = next(model.parameters()).device
+    for batch in budget_batches([len(i) for i in items], 8192):
+        inputs = left_pad([items[i] for i in batch], int(tokenizer.pad_token_id))
+        with torch.inference_mode():
+            states = last_token_states(model, {k: v.to(device) for k, v in inputs.items()})
+        per_layer = per_layer or [[] for _ in states]
+        for layer, s in zip(per_layer, states, strict=True):
+            layer.append(s)
+    return [two_nn(torch.cat(s).numpy(), method=method) for s in per_layer]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cached calibration
+
+
+def cache_file(folder: Path, key: dict[str, Any]) -> Path:
+    """Where a calibration for weights `folder` and settings `key` is stored: inside the folder
+    when docsearch made it (a converted GGUF), else under the docsearch cache."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    folder = folder.resolve()
+    root = cache_dir().resolve()
+    if folder.is_relative_to(root):
+        return folder / f"docsearch-layers-{digest}.json"
+    where = hashlib.sha256(str(folder).encode()).hexdigest()[:12]
+    return root / "calibration" / f"{folder.name}-{where}-{digest}.json"
+
+
+def calibrate(
+    model: Any,
+    tokenizer: Any,
+    folder: Path,
+    template: str,
+    *,
+    texts: Sequence[str] | None = None,
+    method: str = "fit",
+    skip: float = 0.2,
+    refresh: bool = False,
+) -> dict[str, Any]:
+    """Per-layer intrinsic dimensions and the selected layers, computed once and cached.
+
+    Returns `{"layers": [...], "dims": [...], "n_texts": ..., ...}`.
+    """
+    sample = calibration_sample(texts)
+    key = {"template": template, "method": method, "skip": skip, "texts": _digest(sample)}
+    path = cache_file(folder, key)
+    if path.exists() and not refresh:
+        return dict(json.loads(path.read_text()))
+    started = time.monotonic()
+    log.info("choosing KV-Embedding layers of %s on %d texts (once)", folder.name, len(sample))
+    dims = layer_dimensions(model, tokenizer, sample, template, method=method)
+    result = {**key, "n_texts": len(sample), "dims": dims, "layers": select_layers(dims, skip=skip)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(path)
+    log.info("layers %s (%.0f s)", result["layers"], time.monotonic() - started)
+    return result
+
+
+def _digest(texts: Sequence[str]) -> str:
+    return hashlib.sha256("\x1e".join(texts).encode()).hexdigest()[:16]

@@ -1,0 +1,109 @@
+"""Tiny random decoder LLMs with an in-memory byte-level BPE tokenizer, saved as HF folders.
+
+Shared by the KV-Embedding, baseline and intrinsic-dimension tests. Two layers' worth of
+architectures: Llama with GQA (4 query heads, 2 KV heads), Gemma3 with one KV head, a sliding
+window shorter than the test inputs, two RoPE bases and `query_pre_attn_scalar` scaling, and
+Qwen3 (q/k norms).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModel,
+    Gemma3TextConfig,
+    LlamaConfig,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+)
+
+CORPUS = [
+    "The lessee shall pay the rent on the first day of each month.",
+    "Patients were randomised to the study drug or a placebo.",
+    "Tighten the bolts to 25 newton metres before use.",
+    "We train a neural network with a contrastive loss.",
+    "Query: Context: Compress the Context in one word: means sentence again Document",
+]
+VOCAB = 320
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on CORPUS: any text encodes, offsets are exact, BOS is added."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=["<pad>", "<bos>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    from tokenizers.processors import TemplateProcessing
+
+    tok.post_processor = TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    )
+
+
+def config(arch: str) -> Any:
+    common: dict[str, Any] = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "head_dim": 16,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 512,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    if arch == "llama":
+        return LlamaConfig(num_key_value_heads=2, **common)
+    if arch == "qwen3":
+        return Qwen3Config(num_key_value_heads=2, **common)
+    if arch == "gemma3":
+        return Gemma3TextConfig(
+            num_key_value_heads=1,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            query_pre_attn_scalar=24,
+            **common,
+        )
+    raise ValueError(arch)
+
+
+ARCHS = ("llama", "gemma3", "qwen3")
+
+
+def model(arch: str, attn: str = "sdpa", seed: int = 0) -> Any:
+    """A random-weight base model in fp32 (its own config copy: attn choice is per model)."""
+    torch.manual_seed(seed)
+    net = AutoModel.from_config(copy.deepcopy(config(arch)), attn_implementation=attn)
+    with torch.no_grad():  # larger random weights so attention patterns are far from uniform
+        for name, p in net.named_parameters():
+            if "norm" not in name:
+                p.mul_(4.0)
+    return net.float().eval()
+
+
+def twin(net: Any, attn: str) -> Any:
+    """The same weights under another attention implementation."""
+    other = AutoModel.from_config(copy.deepcopy(net.config), attn_implementation=attn)
+    other.load_state_dict(net.state_dict())
+    return other.float().eval()
+
+
+def folder(arch: str, root: Path) -> Path:
+    """Save a random model and the tokenizer into `root/arch` (an HF model folder)."""
+    target = root / arch
+    model(arch).save_pretrained(target)
+    tokenizer().save_pretrained(target)
+    return target
