@@ -17,7 +17,7 @@ from docsearch.app.files import (
     text_preview_html,
 )
 from docsearch.indexer.store import Store
-from tests.ui.conftest import SECRET, Corpus
+from tests.ui.corpus import SECRET, Corpus
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from docsearch.config import Settings
 from docsearch.errors import UsageError
 from docsearch.indexer.store import FileRecord
 from docsearch.snippets import Snippet
-from tests.ui.conftest import SECRET, Corpus
+from tests.ui.corpus import SECRET, Corpus
 
 
 @pytest.fixture(scope="module")
