@@ -1,0 +1,592 @@
+"""NV-Embed training: the latent-attention block, optionally a LoRA on the decoder, two stages.
+
+Stage 1 (retrieval): InfoNCE (`losses.mnrl`) over the in-batch documents plus mined hard
+negatives. Stage 2: no in-batch negatives; each query is scored against its own positive and
+its own hard negatives only. NV-Embed turns in-batch negatives off in stage 2 because it blends
+in non-retrieval data (classification, clustering, STS), where other rows' documents are often
+not negatives at all. That data is not here: stage 2 runs on the pairs it is given.
+
+Hard negatives are mined positive-aware (NV-Retriever's "TopK-PercPos"): a teacher scores the
+candidate documents for each query and keeps only those scoring below `margin` (0.95) x the
+query's positive score, best first; most false negatives score close to the positive and drop
+out. The teacher is the frozen decoder's masked mean pooling, the baseline this training must
+beat, and a document with the positive's id is never a negative.
+
+With the decoder frozen (`lora_r=0`) its hidden states are computed once per text and cached,
+so a step costs only the latent block: what makes a CPU run worth doing. With a LoRA (the paper
+uses r=16, alpha=32 [unverified here]) the decoder runs every step. The block starts as the
+identity (`LatentAttentionModel.start_as_identity`): training starts from mean pooling.
+Output: a folder that `get_encoder("nv-embed", model=<base>, adapter=<out>)` loads.
+Not here: turning data sets into examples (`benchmarks/nv_embed_train.py` does that for
+../shared/data), evaluation, checkpoints and resume.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from docsearch.encoders.llm2vec import bidirectional_hidden_states, load_decoder, lora_config
+from docsearch.encoders.nv_embed import (
+    DEFAULT_QUERY_INSTRUCTION,
+    LatentAttentionConfig,
+    LatentAttentionModel,
+    build_inputs,
+    embed_batch,
+    is_released_layout,
+    load_nv_tokenizer,
+    load_released,
+    pool_hidden,
+    save_adapter_folder,
+)
+from docsearch.encoders.weights import resolve_model
+from docsearch.errors import UsageError
+from docsearch.training.losses import mnrl
+from docsearch.training.mntp import TrainResult, local_ref
+
+Embed = Callable[[Sequence[str], str], torch.Tensor]  # (texts, instruction) -> (n, dim) unit
+Log = Callable[[str, int, float], None]  # (stage, step, loss)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training query with its positive document; negatives are filled in by mining."""
+
+    query: str
+    positive: str
+    positive_id: str  # documents with this id are never negatives for this query
+    instruction: str = DEFAULT_QUERY_INSTRUCTION
+    negatives: tuple[str, ...] = ()
+    negative_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Document:
+    """A candidate for hard-negative mining."""
+
+    id: str
+    text: str
+
+
+@dataclass
+class TrainConfig:
+    """Settings of a run. `max_seconds` bounds the two optimisation stages together (state
+    caching and mining come first and are timed apart); a stage also stops at its step count."""
+
+    max_length: int = 256  # tokens per input, BOS, instruction and EOS included
+    batch_size: int = 16
+    negatives: int = 1  # mined hard negatives per query
+    margin: float = 0.95  # keep negatives scoring below margin x the positive
+    scale: float = 50.0  # inverse temperature of the InfoNCE logits
+    stage1_steps: int = 300
+    stage2_steps: int = 100
+    lr: float = 2e-4  # latent block
+    lora_r: int = 0  # 0: frozen decoder (states cached)
+    lora_alpha: int = 32
+    lora_dropout: float = 0.1
+    lora_lr: float = 2e-5
+    latents: int = 512
+    heads: int = 8
+    head_dim: int | None = None  # None: the decoder width, as released
+    max_seconds: float | None = None
+    stage1_share: float = 0.75  # of max_seconds
+    query_instruction: str = DEFAULT_QUERY_INSTRUCTION  # what the saved encoder defaults to
+    document_instruction: str = ""
+    cache_dtype: str = "bfloat16"  # cached decoder states (halves the memory)
+    seed: int = 0
+
+
+@dataclass
+class Timings:
+    cache: float = 0.0
+    mining: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers: mining, batching, the stage-2 loss
+
+
+def positive_aware_negatives(
+    scores: torch.Tensor,
+    positive_scores: torch.Tensor,
+    excluded: Sequence[set[int]],
+    k: int,
+    margin: float = 0.95,
+) -> list[list[int]]:
+    """For each query row, the `k` best candidate columns scoring below `margin` x its positive.
+
+    `scores` (queries, candidates) and `positive_scores` (queries,) come from the teacher;
+    `excluded[row]` lists columns that are never negatives (the query's own positives).
+    Fewer than `k` come back when fewer qualify.
+    """
+    allowed = scores < margin * positive_scores[:, None]  # (queries, candidates)
+    for row, never in enumerate(excluded):
+        if never:
+            allowed[row, sorted(never)] = False
+    masked = scores.masked_fill(~allowed, float("-inf"))
+    values, columns = masked.topk(min(k, scores.shape[1]), dim=1)
+    return [
+        [int(c) for c, v in zip(cols, vals, strict=True) if v > float("-inf")]
+        for cols, vals in zip(columns.tolist(), values.tolist(), strict=True)
+    ]
+
+
+def batches(examples: Sequence[Example], batch_size: int, seed: int) -> Iterator[list[Example]]:
+    """Endless shuffled batches in which no two rows share a query or a positive document
+    (either would make a row's own positive an in-batch negative of another)."""
+    rng = random.Random(seed)
+    pending: list[Example] = []
+    while True:
+        if len(pending) < 2 * batch_size:
+            order = list(examples)
+            rng.shuffle(order)
+            pending += order
+        batch: list[Example] = []
+        rest: list[Example] = []
+        ids: set[str] = set()
+        queries: set[str] = set()
+        for example in pending:
+            if (
+                len(batch) < batch_size
+                and example.positive_id not in ids
+                and example.query not in queries
+            ):
+                batch.append(example)
+                ids.add(example.positive_id)
+                queries.add(example.query)
+            else:
+                rest.append(example)
+        pending = rest
+        yield batch
+
+
+def own_negatives_loss(
+    q: torch.Tensor,
+    positives: torch.Tensor,
+    negatives: torch.Tensor,
+    present: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Stage 2: `CE(scale * cos(q_i, [p_i, n_i1..n_ik]), 0)`, no other row's documents.
+
+    Inputs: q, positives (batch, dim); negatives (batch, k, dim); present (batch, k) bool,
+    False where a row has fewer than k negatives (that logit is left out).
+    """
+    q = F.normalize(q, dim=-1)
+    pos = (q * F.normalize(positives, dim=-1)).sum(-1, keepdim=True)  # (batch, 1)
+    neg = torch.einsum("bd,bkd->bk", q, F.normalize(negatives, dim=-1))  # (batch, k)
+    neg = neg.masked_fill(~present, float("-inf"))
+    logits = scale * torch.cat([pos, neg], dim=1)  # (batch, 1 + k)
+    return F.cross_entropy(logits, torch.zeros(len(q), dtype=torch.long, device=q.device))
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedding: cached decoder states (frozen decoder) or the live decoder (LoRA)
+
+
+class StateCache:
+    """Decoder hidden states and pool masks per (instruction, text), computed once.
+
+    Only the real (non-pad) positions are kept; the latent block is per-token, so re-padding a
+    batch from the cache gives the same pooled vectors as running the decoder on it.
+    """
+
+    def __init__(
+        self,
+        decoder: Any,
+        tokenizer: Any,
+        max_length: int,
+        dtype: torch.dtype,
+        batch_size: int = 16,
+    ) -> None:
+        self.decoder, self.tokenizer = decoder, tokenizer
+        self.max_length, self.dtype, self.batch_size = max_length, dtype, batch_size
+        self.states: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def fill(self, texts: Sequence[str], instruction: str) -> None:
+        todo = sorted({t for t in texts if (instruction, t) not in self.states}, key=len)
+        with torch.no_grad():
+            for start in range(0, len(todo), self.batch_size):
+                chunk = todo[start : start + self.batch_size]
+                enc = build_inputs(self.tokenizer, chunk, instruction, self.max_length)
+                hidden = bidirectional_hidden_states(
+                    self.decoder, enc["input_ids"], enc["attention_mask"]
+                )
+                for row, text in enumerate(chunk):
+                    n = int(enc["attention_mask"][row].sum())
+                    self.states[(instruction, text)] = (
+                        hidden[row, :n].to(self.dtype),
+                        enc["pool_mask"][row, :n],
+                    )
+
+    def batch(self, texts: Sequence[str], instruction: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden (batch, seq, dim) float32, pool mask (batch, seq)), right-padded with zeros."""
+        self.fill(texts, instruction)
+        rows = [self.states[(instruction, t)] for t in texts]
+        seq = max(h.shape[0] for h, _ in rows)
+        hidden = torch.zeros(len(rows), seq, rows[0][0].shape[1])
+        mask = torch.zeros(len(rows), seq, dtype=torch.long)
+        for i, (h, m) in enumerate(rows):
+            hidden[i, : h.shape[0]] = h.float()
+            mask[i, : m.shape[0]] = m
+        return hidden, mask
+
+
+def cached_embed(cache: StateCache, pooler: LatentAttentionModel | None) -> Embed:
+    def embed(texts: Sequence[str], instruction: str) -> torch.Tensor:
+        hidden, mask = cache.batch(texts, instruction)
+        return pool_hidden(pooler, hidden, mask)
+
+    return embed
+
+
+def live_embed(
+    decoder: Any, pooler: LatentAttentionModel | None, tokenizer: Any, max_length: int
+) -> Embed:
+    def embed(texts: Sequence[str], instruction: str) -> torch.Tensor:
+        return embed_batch(decoder, pooler, tokenizer, texts, instruction, max_length)
+
+    return embed
+
+
+def embed_all(
+    embed: Embed, texts: Sequence[str], instruction: str, batch_size: int
+) -> torch.Tensor:
+    """Vectors for many texts without gradients, in order."""
+    with torch.no_grad():
+        parts = [
+            embed(texts[i : i + batch_size], instruction) for i in range(0, len(texts), batch_size)
+        ]
+    return torch.cat(parts) if parts else torch.zeros(0)
+
+
+def embed_queries(embed: Embed, batch: Sequence[Example]) -> torch.Tensor:
+    """Query vectors in batch order; rows may carry different instructions (mixed data sets)."""
+    groups: dict[str, list[int]] = {}
+    for row, example in enumerate(batch):
+        groups.setdefault(example.instruction, []).append(row)
+    parts = {ins: embed([batch[r].query for r in rows], ins) for ins, rows in groups.items()}
+    order = [(row, ins, i) for ins, rows in groups.items() for i, row in enumerate(rows)]
+    return torch.stack([parts[ins][i] for _, ins, i in sorted(order)])  # (batch, dim)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mining
+
+
+def mine_negatives(
+    examples: Sequence[Example],
+    documents: Sequence[Document],
+    teacher: Embed,
+    config: TrainConfig,
+) -> list[Example]:
+    """Examples with `config.negatives` positive-aware hard negatives from `documents`."""
+    doc_vectors = embed_all(
+        teacher, [d.text for d in documents], config.document_instruction, config.batch_size
+    )
+    positives = embed_all(
+        teacher, [e.positive for e in examples], config.document_instruction, config.batch_size
+    )
+    queries = torch.cat([embed_all(teacher, [e.query], e.instruction, 1) for e in examples])
+    own: dict[str, set[str]] = {}
+    for example in examples:
+        own.setdefault(example.query, set()).add(example.positive_id)
+    columns: dict[str, list[int]] = {}
+    for column, document in enumerate(documents):
+        columns.setdefault(document.id, []).append(column)
+    excluded = [{c for i in own[e.query] for c in columns.get(i, [])} for e in examples]
+    picks = positive_aware_negatives(
+        queries @ doc_vectors.T,
+        (queries * positives).sum(-1),
+        excluded,
+        config.negatives,
+        config.margin,
+    )
+    return [
+        replace(
+            e,
+            negatives=tuple(documents[c].text for c in cols),
+            negative_ids=tuple(documents[c].id for c in cols),
+        )
+        for e, cols in zip(examples, picks, strict=True)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The two stages
+
+
+def batch_negatives(batch: Sequence[Example]) -> list[tuple[str, str]]:
+    """Stage 1: every row's negatives as shared columns, minus any batch positive, no repeats."""
+    positives = {e.positive_id for e in batch}
+    found: dict[str, str] = {}
+    for example in batch:
+        for doc_id, text in zip(example.negative_ids, example.negatives, strict=True):
+            if doc_id not in positives:
+                found.setdefault(doc_id, text)
+    return list(found.items())
+
+
+def stage1_loss(embed: Embed, batch: Sequence[Example], config: TrainConfig) -> torch.Tensor:
+    q = embed_queries(embed, batch)
+    docs = embed([e.positive for e in batch], config.document_instruction)
+    negatives = [text for _, text in batch_negatives(batch)]
+    hard = embed(negatives, config.document_instruction) if negatives else None
+    return mnrl(q, docs, hard, scale=config.scale)
+
+
+def stage2_loss(embed: Embed, batch: Sequence[Example], config: TrainConfig) -> torch.Tensor:
+    k = max(len(e.negatives) for e in batch)
+    if k == 0:
+        raise UsageError("stage 2 needs hard negatives (it has no in-batch negatives); mine some")
+    q = embed_queries(embed, batch)
+    docs = embed([e.positive for e in batch], config.document_instruction)
+    texts = [
+        e.negatives[j] if j < len(e.negatives) else e.positive for e in batch for j in range(k)
+    ]
+    negatives = embed(texts, config.document_instruction).view(len(batch), k, -1)
+    present = torch.tensor([[j < len(e.negatives) for j in range(k)] for e in batch])
+    return own_negatives_loss(q, docs, negatives, present, config.scale)
+
+
+def run_stage(
+    name: str,
+    loss_fn: Callable[[Sequence[Example]], torch.Tensor],
+    examples: Sequence[Example],
+    groups: list[dict[str, Any]],
+    steps: int,
+    deadline: float | None,
+    config: TrainConfig,
+    log: Log | None,
+) -> list[float]:
+    """AdamW (grad clip 1.0) for `steps` steps or until `deadline`; the loss of every step."""
+    parameters = [p for group in groups for p in group["params"]]
+    optimiser = torch.optim.AdamW(groups)
+    losses: list[float] = []
+    stream = batches(examples, config.batch_size, config.seed)
+    for step in range(steps):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        loss = loss_fn(next(stream))
+        optimiser.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimiser.step()
+        losses.append(float(loss.detach()))
+        if log is not None:
+            log(name, step, losses[-1])
+    return losses
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def load_start(base: str, config: TrainConfig) -> tuple[Any, LatentAttentionModel, Any]:
+    """(bidirectional decoder, latent block to train, tokenizer) for `base`.
+
+    A released NV-Embed folder is fine-tuned from its own block; a plain decoder gets a new
+    block of the release's shape (latents, heads, head size = width) starting as the identity.
+    """
+    folder = resolve_model(base)
+    tokenizer = load_nv_tokenizer(folder, None)
+    if is_released_layout(folder):
+        decoder, latent = load_released(folder)
+        return decoder, latent.train(), tokenizer
+    decoder = load_decoder(folder)
+    torch.manual_seed(config.seed)
+    shape = LatentAttentionConfig.for_decoder(
+        int(decoder.config.hidden_size),
+        latents=config.latents,
+        heads=config.heads,
+        head_dim=config.head_dim,
+    )
+    return decoder, LatentAttentionModel(shape).start_as_identity().train(), tokenizer
+
+
+def attach_lora(decoder: Any, config: TrainConfig) -> Any:
+    """The decoder with a trainable LoRA (peft), or frozen when `lora_r` is 0."""
+    if config.lora_r <= 0:
+        for p in decoder.parameters():
+            p.requires_grad_(False)
+        return decoder
+    from peft import get_peft_model
+
+    lora = lora_config(r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout)
+    return get_peft_model(decoder, lora).train()
+
+
+def train_nv_embed(
+    base: str,
+    examples: Sequence[Example],
+    out_dir: str | Path,
+    *,
+    documents: Sequence[Document] | None = None,
+    stage2: Sequence[Example] | None = None,
+    config: TrainConfig | None = None,
+    log: Log | None = None,
+) -> TrainResult:
+    """Train the latent block (and a LoRA if `config.lora_r`) on `examples`; save to `out_dir`.
+
+    `documents` is the mining pool (default: every example's positive); `stage2` the stage-2
+    examples (default: the stage-1 ones); both get mined negatives when they have none.
+    """
+    config = config or TrainConfig()
+    if len({e.positive_id for e in examples}) < 2:
+        raise UsageError("NV-Embed training needs at least two different positive documents")
+    start, timings = time.perf_counter(), Timings()
+    decoder, latent, tokenizer = load_start(base, config)
+    decoder = attach_lora(decoder, config)
+    embed, teacher = make_embedders(
+        decoder, latent, tokenizer, config, examples, documents, stage2, timings
+    )
+    pool = list(documents) if documents is not None else unique_positives(examples)
+    t0 = time.perf_counter()
+    first = with_negatives(examples, pool, teacher, config)
+    second = with_negatives(stage2 if stage2 is not None else examples, pool, teacher, config)
+    timings.mining = time.perf_counter() - t0
+    losses = train_stages(embed, decoder, latent, first, second, config, timings, log)
+    latent.eval()
+    settings = run_settings(base, config, len(first), timings)
+    lora_model = decoder if config.lora_r > 0 else None
+    out = save_adapter_folder(
+        out_dir,
+        base=local_ref(base),
+        latent=latent,
+        tokenizer=tokenizer,
+        settings=settings,
+        lora_model=lora_model,
+    )
+    result = TrainResult(out, losses, time.perf_counter() - start, settings)
+    write_card(out, result)
+    return result
+
+
+def unique_positives(examples: Sequence[Example]) -> list[Document]:
+    return list({e.positive_id: Document(e.positive_id, e.positive) for e in examples}.values())
+
+
+def with_negatives(
+    examples: Sequence[Example], pool: Sequence[Document], teacher: Embed, config: TrainConfig
+) -> list[Example]:
+    """Mine for the examples that carry no negatives of their own."""
+    if config.negatives <= 0 or all(e.negatives for e in examples):
+        return list(examples)
+    todo = [i for i, e in enumerate(examples) if not e.negatives]
+    mined = mine_negatives([examples[i] for i in todo], pool, teacher, config)
+    out = list(examples)
+    for i, example in zip(todo, mined, strict=True):
+        out[i] = example
+    return out
+
+
+def make_embedders(
+    decoder: Any,
+    latent: LatentAttentionModel,
+    tokenizer: Any,
+    config: TrainConfig,
+    examples: Sequence[Example],
+    documents: Sequence[Document] | None,
+    stage2: Sequence[Example] | None,
+    timings: Timings,
+) -> tuple[Embed, Embed]:
+    """(trainable embed, teacher embed). Frozen decoder: fill the state cache first."""
+    if config.lora_r > 0:
+        return live_embed(decoder, latent, tokenizer, config.max_length), live_embed(
+            decoder, None, tokenizer, config.max_length
+        )
+    t0 = time.perf_counter()
+    cache = StateCache(
+        decoder, tokenizer, config.max_length, getattr(torch, config.cache_dtype), config.batch_size
+    )
+    everything = [*examples, *(stage2 or [])]
+    for instruction in {e.instruction for e in everything}:
+        cache.fill([e.query for e in everything if e.instruction == instruction], instruction)
+    docs = [e.positive for e in everything] + [n for e in everything for n in e.negatives]
+    cache.fill(docs + [d.text for d in documents or []], config.document_instruction)
+    timings.cache = time.perf_counter() - t0
+    return cached_embed(cache, latent), cached_embed(cache, None)
+
+
+def train_stages(
+    embed: Embed,
+    decoder: Any,
+    latent: LatentAttentionModel,
+    first: Sequence[Example],
+    second: Sequence[Example],
+    config: TrainConfig,
+    timings: Timings,
+    log: Log | None,
+) -> list[float]:
+    """Stage 1 then stage 2 under the time budget; returns all step losses."""
+    lora = [p for p in decoder.parameters() if p.requires_grad]
+    groups = [{"params": list(latent.parameters()), "lr": config.lr}]
+    groups += [{"params": lora, "lr": config.lora_lr}] if lora else []
+    began = time.perf_counter()
+    budget = config.max_seconds
+    deadlines = (
+        None if budget is None else began + budget * config.stage1_share,
+        None if budget is None else began + budget,
+    )
+    stages = (
+        ("stage1", lambda b: stage1_loss(embed, b, config), first, config.stage1_steps),
+        ("stage2", lambda b: stage2_loss(embed, b, config), second, config.stage2_steps),
+    )
+    losses: list[float] = []
+    for (name, loss_fn, data, steps), deadline in zip(stages, deadlines, strict=True):
+        t0 = time.perf_counter()
+        done = run_stage(name, loss_fn, data, groups, steps, deadline, config, log)
+        timings.stages[name], timings.steps[name] = time.perf_counter() - t0, len(done)
+        losses += done
+    return losses
+
+
+def run_settings(
+    base: str, config: TrainConfig, n_examples: int, timings: Timings
+) -> dict[str, Any]:
+    """What `nv_embed_config.json` records: encoder defaults and how the block was trained."""
+    return {
+        "max_length": config.max_length,
+        "query_instruction": config.query_instruction,
+        "document_instruction": config.document_instruction,
+        "training": {
+            "base": base,
+            "recipe": "nv-embed two-stage",
+            "examples": n_examples,
+            **asdict(config),
+            "steps_done": timings.steps,
+            "seconds": {"cache": timings.cache, "mining": timings.mining, **timings.stages},
+        },
+    }
+
+
+def write_card(out_dir: Path, result: TrainResult) -> None:
+    """A short README.md: what the folder is, how it was trained, how to load it."""
+    training = result.settings["training"]
+    first = result.losses[:5]
+    last = result.losses[-5:]
+    lines = [
+        "# NV-Embed adapter (latent-attention pooling)",
+        "",
+        "Written by docsearch: a latent-attention block"
+        + (" and a LoRA on the decoder" if training["lora_r"] > 0 else " on the frozen decoder")
+        + f" of `{training['base']}`, trained with the two-stage NV-Embed recipe.",
+        "",
+        f"- examples: {training['examples']}; steps: {training['steps_done']}",
+        f"- loss (mean of first / last 5 steps): {sum(first) / max(1, len(first)):.4f} / "
+        f"{sum(last) / max(1, len(last)):.4f}",
+        f"- wall time: {result.seconds:.1f} s",
+        "",
+        f"Load: `docsearch index DIR --encoder nv-embed --model {training['base']} --adapter {out_dir}`",
+        "",
+    ]
+    (out_dir / "README.md").write_text("\n".join(lines), encoding="utf-8")
