@@ -1,0 +1,185 @@
+"""`docsearch finetune`: adapt an encoder to your own documents (registered by cli.py).
+
+A thin command over `docsearch.training.finetune`; the heavy imports happen inside it, and it
+imports nothing from cli.py at module level, so cli.py can import it without a cycle. Progress
+(loss, learning rate, ETA) goes to stderr; the before/after table (or JSON) to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from docsearch.errors import DocsearchError
+
+
+class ConsoleReporter:
+    """Status lines, and a progress line per step at most every `interval` seconds, on stderr."""
+
+    def __init__(self, interval: float = 2.0) -> None:
+        self.interval, self._last = interval, 0.0
+
+    def status(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def step(self, report: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval and report.step < report.total:
+            return
+        self._last = now
+        print(
+            f"step {report.step}/{report.total}  loss {report.loss:.4f}  "
+            f"(mean {report.mean_loss:.4f})  lr {report.lr:.1e}  "
+            f"{report.seconds / max(1, report.step):.1f} s/step  ETA {_duration(report.eta)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def summary(record: dict[str, Any]) -> str:
+    """Before/after metrics and how to use the result, for the terminal."""
+    lines = [f"wrote {record['load_options']['adapter']}"]
+    evaluation = record.get("evaluation") or {}
+    before, after = evaluation.get("before") or {}, evaluation.get("after") or {}
+    if after:
+        lines.append(f"evaluated on {evaluation.get('set')}")
+    for mode in after:
+        for metric in ("ndcg@10", "recall@10", "mrr@10"):
+            b, a = (before.get(mode) or {}).get(metric), after[mode][metric]
+            was = f"{b:.4f} -> " if b is not None else ""
+            lines.append(f"{mode:<7} {metric:<10} {was}{a:.4f}")
+    if record.get("stopped"):
+        lines.append(f"note: {record['stopped']} after {record['steps']} steps")
+    options = record["load_options"]
+    model = f" --model {options['model']}" if options.get("model") else ""
+    lines.append(
+        f"use it: docsearch index PATH --encoder {record['encoder']}{model} "
+        f"--adapter {options['adapter']}"
+    )
+    return "\n".join(lines)
+
+
+def finetune_command(
+    train: Annotated[
+        Path,
+        typer.Option(
+            "--train",
+            help="A JSONL file of {query, positive, negatives?}, a BEIR folder (its train "
+            "split), or a folder of documents without labels (pseudo-queries are made from it).",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Path,
+        typer.Option("--output", help="New folder for the fine-tuned encoder.", show_default=False),
+    ],
+    encoder: Annotated[
+        str,
+        typer.Option(
+            "--encoder", "-e", help="sentence-transformers (all weights) or llm2vec (LoRA)."
+        ),
+    ] = "sentence-transformers",
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model id or folder.")] = None,
+    adapter: Annotated[
+        str | None,
+        typer.Option(help="Start from this adapter (llm2vec: an MNTP adapter)."),
+    ] = None,
+    option: Annotated[
+        list[str] | None, typer.Option("--option", help="Encoder option KEY=VALUE.")
+    ] = None,
+    loss: Annotated[str, typer.Option(help="opl, mnrl, simcse or mntp (llm2vec).")] = "opl",
+    eval_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval",
+            help="BEIR/LoCoV1 folder or JSONL pairs to score before and after (default: "
+            "pairs held out from --train).",
+        ),
+    ] = None,
+    eval_split: Annotated[str, typer.Option(help="Split of the --eval folder.")] = "test",
+    eval_max_docs: Annotated[
+        int | None, typer.Option(help="Evaluate on the judged documents plus a sample, N in all.")
+    ] = None,
+    no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip evaluation.")] = False,
+    split: Annotated[str, typer.Option(help="Split of a BEIR --train folder.")] = "train",
+    max_pairs: Annotated[
+        int | None, typer.Option(help="Train on a random sample of N queries or pairs.")
+    ] = None,
+    negatives: Annotated[
+        int, typer.Option(help="Negatives per pair: half mined, half random.")
+    ] = 4,
+    steps: Annotated[
+        int | None, typer.Option(help="Optimiser steps (default: --epochs over the pairs).")
+    ] = None,
+    epochs: Annotated[float, typer.Option(help="Passes over the training pairs.")] = 1.0,
+    lr: Annotated[
+        float | None, typer.Option(help="Learning rate (default 2e-5 full, 1e-4 LoRA).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Pairs per micro-batch.")] = 4,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimiser step.")] = 8,
+    max_minutes: Annotated[
+        float | None, typer.Option(help="Stop training after M minutes (the model is saved).")
+    ] = None,
+    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 25,
+    bf16: Annotated[
+        bool | None, typer.Option("--bf16/--no-bf16", help="bf16 autocast (default: if fast).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for sampling, negatives and order.")] = 0,
+    collection: Annotated[
+        str | None,
+        typer.Option(help="Collection indexed from --train: reuse its chunks and vectors."),
+    ] = None,
+    db: Annotated[
+        str | None, typer.Option("--db", envvar="DOCSEARCH_DB", help="Database folder or URI.")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Continue the interrupted run in --output from its checkpoint.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    """Fine-tune an encoder on labelled pairs or on your own documents, and check it helped.
+
+    Writes a folder that `docsearch index --encoder ENCODER --adapter FOLDER` accepts, with a
+    model card (README.md) and training.json. Without labels, pseudo-queries come from the
+    documents' headings, titles and sentences. Scores nDCG@10 before and after on --eval (or on
+    held-out pairs). Ctrl-C saves a checkpoint; rerun the same command with --resume.
+    """
+    from docsearch.app.cli import parse_options
+    from docsearch.training.finetune import FinetuneJob, finetune
+    from docsearch.training.trainer import TrainSettings
+
+    try:
+        options = parse_options(option)
+        options.update({k: v for k, v in (("model", model), ("adapter", adapter)) if v})
+        settings = TrainSettings(
+            loss=loss, steps=steps, epochs=epochs, lr=lr, batch_size=batch_size,
+            grad_accum=grad_accum, negatives=negatives, max_minutes=max_minutes,
+            checkpoint_every=checkpoint_every, seed=seed, bf16=bf16,
+        )  # fmt: skip
+        job = FinetuneJob(
+            encoder, options, train, output, settings, eval=eval_data, eval_split=eval_split,
+            eval_max_docs=eval_max_docs, evaluate=not no_eval, split=split,
+            max_pairs=max_pairs, collection=collection, db=db, resume=resume,
+        )  # fmt: skip
+        record = finetune(job, ConsoleReporter())
+    except DocsearchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo(
+            f"interrupted; the last checkpoint is in {output}/checkpoints: rerun the same "
+            "command with --resume to continue",
+            err=True,
+        )
+        raise typer.Exit(130) from None
+    typer.echo(json.dumps(record, indent=2, default=str) if as_json else summary(record))

@@ -1,0 +1,635 @@
+"""Training pairs for `docsearch finetune`: from labels, or from the user's own documents.
+
+Three sources give one shape (`TrainingData`: (query, positive, negatives) pairs, the documents
+they come from, and a pool of passages that negatives are drawn from):
+(a) a JSONL file of `{"query": ..., "positive": ..., "negatives": [...]?}` lines;
+(b) a BEIR folder's train split (`docsearch.corpora.beir` reads variant folders, `split` fields
+    and SciFact's `train/`); a relevant document longer than the encoder's window is cut with the
+    indexer's chunker, and its window that matches the query best (BM25) is the positive;
+(c) documents without labels (a folder, or an indexed collection): pseudo-queries from headings
+    and titles to the section they open, and sentences to the window around them (the sentence
+    cut out, so the pair is not a plain string match: the inverse cloze task).
+Negatives are passages of other documents, drawn at random and mined with the current encoder,
+keeping only candidates scoring below 0.95 x the positive (NV-Retriever's positive-aware rule:
+what scores as high as the positive is likely an unlabelled positive).
+Bad input raises `DataFormatError` naming the file and line.
+Not here: models and the training loop (`docsearch.training.trainer`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from docsearch.corpora.beir import (
+    CorpusDoc,
+    RetrievalSet,
+    corpus_file,
+    is_beir_folder,
+    load_beir,
+    read_corpus,
+    read_queries,
+)
+from docsearch.encoders.base import Encoder
+from docsearch.errors import DataFormatError, ExtractionError, UsageError
+from docsearch.indexer.chunk import Chunker, Span, heading_level, heading_title, split_sentences
+from docsearch.indexer.extract import build_document, extract
+from docsearch.indexer.pipeline import walk
+from docsearch.indexer.store import Store
+
+MARGIN = 0.95  # mined negatives must score below MARGIN x the positive
+MIN_BODY_WORDS = 20  # a pseudo-positive shorter than this teaches nothing
+SPAN_WORDS = (6, 40)  # sentence lengths that make a plausible query
+_WORD = re.compile(r"\w+")
+_NUMBERING = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3})*[.)]?|[IVXLC]+\.|[A-Z]\.)\s+")
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A window of a document, as the indexer would cut it."""
+
+    doc_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One training example; negatives are filled in by `add_negatives` unless given."""
+
+    query: str
+    positive: str
+    doc_id: str  # the positive's document: negatives never come from it
+    negatives: tuple[str, ...] = ()
+    origin: str = ""  # "file:line", "heading", "title", "span"
+
+
+@dataclass
+class TrainingData:
+    """Pairs plus what evaluation and negative sampling need."""
+
+    source: str  # what was read, in words (for the model card)
+    kind: str  # "pairs" (JSONL), "beir" or "corpus" (no labels)
+    pairs: list[Pair]
+    documents: dict[str, CorpusDoc]  # doc id -> whole document
+    pool: list[Passage]  # candidate negatives
+    notes: list[str] = field(default_factory=list)
+    pool_vectors: np.ndarray | None = None  # (pool, dim) from the index, when it matches
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def text_id(text: str) -> str:
+    """A stable id for a bare text (JSONL positives carry no document id)."""
+    return "t" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:15]
+
+
+def numbered_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; bad JSON names the file and line."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise DataFormatError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataFormatError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict):
+                raise DataFormatError(f"{path}:{number}: expected a JSON object")
+            yield number, record
+
+
+def window_texts(chunker: Chunker, doc_id: str, title: str, text: str) -> list[str]:
+    """The windows the indexer would cut from one document (title first, as BEIR bodies are)."""
+    return [c.text for c in chunker.chunk(build_document(doc_id, title, [text]))]
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) JSONL pairs
+
+
+def _required_text(record: dict[str, Any], key: str, where: str) -> str:
+    value = record.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise DataFormatError(f"{where}: {key!r} must be a non-empty string")
+    return value
+
+
+def _negatives(record: dict[str, Any], where: str) -> tuple[str, ...]:
+    value = record.get("negatives", [])
+    if not isinstance(value, list) or not all(isinstance(n, str) and n.strip() for n in value):
+        raise DataFormatError(f"{where}: 'negatives' must be a list of non-empty strings")
+    return tuple(value)
+
+
+def read_pairs(path: Path) -> TrainingData:
+    """(a): one `{"query", "positive", "negatives"?}` object per line."""
+    pairs = []
+    for number, record in numbered_jsonl(path):
+        where = f"{path}:{number}"
+        query = _required_text(record, "query", where)
+        positive = _required_text(record, "positive", where)
+        negatives = _negatives(record, where)
+        pairs.append(Pair(query, positive, text_id(positive), negatives, where))
+    if not pairs:
+        raise DataFormatError(
+            f"{path}: no training pairs; expected JSON lines with 'query' and 'positive'"
+        )
+    texts = sorted({p.positive for p in pairs} | {n for p in pairs for n in p.negatives})
+    documents = {text_id(t): CorpusDoc(text_id(t), "", t) for t in texts}
+    pool = [Passage(d, doc.text) for d, doc in documents.items()]
+    return TrainingData(f"pairs file {path}", "pairs", pairs, documents, pool)
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) A BEIR folder's train split
+
+
+def beir_split_folder(folder: Path, split: str) -> tuple[Path, str]:
+    """(folder holding the split's queries and qrels, split to select in it)."""
+    if split not in ("test", "all") and is_beir_folder(folder / split):
+        return folder / split, "all"  # SciFact-style `train/` variant folder
+    if not is_beir_folder(folder):
+        raise DataFormatError(f"{folder} needs queries.jsonl and qrels.tsv (BEIR layout)")
+    return folder, split
+
+
+def check_qrels(folder: Path, corpus: Mapping[str, CorpusDoc]) -> None:
+    """Every judgement must name a known query and document; the first bad line is reported."""
+    queries, _ = read_queries(folder / "queries.jsonl")
+    path = folder / "qrels.tsv"
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            parts = line.rstrip("\n").split("\t")
+            if not line.strip() or (number == 1 and parts[0] == "query-id"):
+                continue
+            if len(parts) != 3:
+                raise DataFormatError(f"{path}:{number}: expected query-id, corpus-id, score")
+            if parts[0] not in queries:
+                raise DataFormatError(f"{path}:{number}: unknown query id {parts[0]!r}")
+            if parts[1] not in corpus:
+                raise DataFormatError(f"{path}:{number}: unknown document id {parts[1]!r}")
+
+
+def best_window(query: str, windows: Sequence[str]) -> int:
+    """Index of the window that matches the query best (BM25 among the document's windows)."""
+    if len(windows) == 1:
+        return 0
+    from rank_bm25 import BM25Okapi
+
+    scores = BM25Okapi([words(w) or [""] for w in windows]).get_scores(words(query))
+    return int(np.argmax(scores))
+
+
+def _sample(items: Sequence[Any], n: int | None, seed: int) -> list[Any]:
+    if n is None or n >= len(items):
+        return list(items)
+    return random.Random(seed).sample(list(items), n)
+
+
+def read_beir(
+    folder: Path, split: str, chunker: Chunker, *, max_queries: int | None = None, seed: int = 0
+) -> TrainingData:
+    """(b): each (query, relevant document) of `split` gives a pair; long documents are windowed."""
+    used, select = beir_split_folder(folder, split)
+    corpus = read_corpus(corpus_file(used))
+    check_qrels(used, corpus)
+    rset = load_beir(used, select)
+    if not rset.queries:
+        raise DataFormatError(f"{used}: no {split!r} queries with a relevant document")
+    chosen = _sample(sorted(rset.queries), max_queries, seed)
+    cache: dict[str, list[str]] = {}
+    pairs = []
+    for qid in chosen:
+        query = rset.queries[qid]
+        for doc_id, grade in sorted(rset.qrels[qid].items()):
+            if grade <= 0 or doc_id not in corpus:
+                continue
+            doc = corpus[doc_id]
+            if doc_id not in cache:
+                cache[doc_id] = window_texts(chunker, doc_id, doc.title, doc.text) or [doc.body]
+            windows = cache[doc_id]
+            pairs.append(Pair(query, windows[best_window(query, windows)], doc_id, (), qid))
+    pool = [Passage(d, w) for d, ws in cache.items() for w in ws]
+    note = f"{len(chosen)} of {len(rset.queries)} {split} queries, {len(pairs)} pairs"
+    data = TrainingData(f"BEIR {used} ({split})", "beir", pairs, dict(corpus), pool, [note])
+    return data
+
+
+def extend_pool(data: TrainingData, chunker: Chunker, size: int, seed: int = 0) -> TrainingData:
+    """Add windows of randomly chosen other documents until the pool holds `size` passages."""
+    have = {p.doc_id for p in data.pool}
+    others = [d for d in sorted(data.documents) if d not in have]
+    random.Random(seed).shuffle(others)
+    pool = list(data.pool)
+    for doc_id in others:
+        if len(pool) >= size:
+            break
+        doc = data.documents[doc_id]
+        pool += [Passage(doc_id, w) for w in window_texts(chunker, doc_id, doc.title, doc.text)]
+    return replace(data, pool=pool, pool_vectors=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) Documents without labels: pseudo-queries
+
+
+def heading_key(line: str) -> str:
+    """A heading without numbering, markup or case: what makes two headings 'the same'."""
+    return " ".join(words(_NUMBERING.sub("", heading_title(line))))
+
+
+def generic_headings(docs: Mapping[str, Sequence[Passage]]) -> set[str]:
+    """Headings found in many documents ("Introduction", "References") identify no section."""
+    seen: dict[str, set[str]] = {}
+    for doc_id, passages in docs.items():
+        for passage in passages:
+            for line in passage.text.splitlines():
+                if heading_level(line):
+                    seen.setdefault(heading_key(line), set()).add(doc_id)
+    limit = max(2, int(0.05 * len(docs)))
+    return {key for key, owners in seen.items() if len(owners) > limit}
+
+
+def _section_body(passages: Sequence[Passage], index: int, line: str) -> str:
+    """The text a heading opens: the rest of its passage, or the next passage if that is empty."""
+    text = passages[index].text
+    body = text[text.index(line) + len(line) :].strip()
+    if len(words(body)) < MIN_BODY_WORDS and index + 1 < len(passages):
+        body = passages[index + 1].text
+    return body
+
+
+def heading_pairs(doc_id: str, passages: Sequence[Passage], generic: set[str]) -> list[Pair]:
+    """Each specific heading -> the section it opens (the heading line itself cut out)."""
+    pairs = []
+    for index, passage in enumerate(passages):
+        for line in passage.text.splitlines():
+            if not heading_level(line):
+                continue
+            key = heading_key(line)
+            if key in generic or len(key) < 4:
+                continue
+            body = _section_body(passages, index, line)
+            if len(words(body)) >= MIN_BODY_WORDS:
+                query = _NUMBERING.sub("", heading_title(line)).strip()
+                pairs.append(Pair(query, body, doc_id, (), "heading"))
+    return pairs
+
+
+def title_pair(doc_id: str, title: str, passages: Sequence[Passage]) -> list[Pair]:
+    """The document's title -> its first window (without the title line)."""
+    if not title.strip() or not passages or title.strip() == Path(doc_id).stem:
+        return []
+    first = passages[0].text
+    body = first.replace(title.strip(), "", 1).strip() if first.startswith(title.strip()) else first
+    return [Pair(title.strip(), body, doc_id, (), "title")] if len(words(body)) >= 5 else []
+
+
+def span_pairs(doc_id: str, passages: Sequence[Passage], rng: random.Random, n: int) -> list[Pair]:
+    """`n` sentences -> the window around each, the sentence cut out (inverse cloze)."""
+    pairs = []
+    for index in rng.sample(range(len(passages)), min(n, len(passages))):
+        text = passages[index].text
+        sentences = [
+            s
+            for s in split_sentences(text, Span(0, len(text)))
+            if SPAN_WORDS[0] <= len(text[s.start : s.end].split()) <= SPAN_WORDS[1]
+            and not heading_level(text[s.start : s.end])
+        ]
+        if len(sentences) < 2:
+            continue
+        s = rng.choice(sentences)
+        body = (text[: s.start] + text[s.end :]).strip()
+        if len(words(body)) >= MIN_BODY_WORDS:
+            query = " ".join(text[s.start : s.end].split())
+            pairs.append(Pair(query, body, doc_id, (), "span"))
+    return pairs
+
+
+def pseudo_pairs(
+    docs: Mapping[str, Sequence[Passage]],
+    titles: Mapping[str, str],
+    *,
+    spans_per_doc: int = 2,
+    seed: int = 0,
+) -> list[Pair]:
+    """(c): heading, title and span pairs for every document, without duplicates."""
+    generic = generic_headings(docs)
+    rng = random.Random(seed)
+    pairs: dict[tuple[str, str], Pair] = {}
+    for doc_id, passages in docs.items():
+        found = title_pair(doc_id, titles.get(doc_id, ""), passages)
+        found += heading_pairs(doc_id, passages, generic)
+        found += span_pairs(doc_id, passages, rng, spans_per_doc)
+        for pair in found:
+            pairs.setdefault((pair.query.lower(), doc_id), pair)
+    return list(pairs.values())
+
+
+def folder_documents(
+    root: Path, chunker: Chunker
+) -> tuple[dict[str, list[Passage]], dict[str, CorpusDoc], list[str]]:
+    """Extract and chunk every supported file under `root` (unreadable files are skipped)."""
+    docs: dict[str, list[Passage]] = {}
+    documents: dict[str, CorpusDoc] = {}
+    skipped = []
+    for path in walk(root):
+        try:
+            doc = extract(path)
+        except ExtractionError as exc:
+            skipped.append(f"{path}: {exc}")
+            continue
+        doc_id = str(path.relative_to(root)) if path != root else path.name
+        chunks = chunker.chunk(doc)
+        if chunks:
+            docs[doc_id] = [Passage(doc_id, c.text) for c in chunks]
+            documents[doc_id] = CorpusDoc(doc_id, doc.title, doc.text)
+    return docs, documents, skipped
+
+
+def store_documents(store: Store) -> tuple[dict[str, list[Passage]], dict[str, CorpusDoc], Any]:
+    """The chunks of an indexed collection, per document in order, and their stored vectors."""
+    columns = ["path", "title", "text", "ordinal"] + (["vector"] if store.has_vectors else [])
+    rows = sorted(store.rows("ordinal >= 0", columns), key=lambda r: (r["path"], r["ordinal"]))
+    docs: dict[str, list[Passage]] = {}
+    titles: dict[str, str] = {}
+    for row in rows:
+        docs.setdefault(row["path"], []).append(Passage(row["path"], row["text"]))
+        titles[row["path"]] = row["title"] or ""
+    documents = {
+        d: CorpusDoc(d, titles[d], "\n\n".join(p.text for p in ps)) for d, ps in docs.items()
+    }
+    vectors = (
+        np.asarray([r["vector"] for r in rows], dtype=np.float32) if store.has_vectors else None
+    )
+    return docs, documents, vectors
+
+
+def read_corpus_folder(
+    root: Path,
+    chunker: Chunker,
+    *,
+    store: Store | None = None,
+    max_pairs: int | None = None,
+    seed: int = 0,
+) -> TrainingData:
+    """(c): pseudo-pairs from a folder's documents (or from `store`, the folder's collection)."""
+    vectors = None
+    if store is not None:
+        docs, documents, vectors = store_documents(store)
+        notes = [f"documents and vectors from the indexed collection {store.name!r}"]
+    else:
+        docs, documents, skipped = folder_documents(root, chunker)
+        notes = [f"skipped {s}" for s in skipped]
+    if not docs:
+        raise DataFormatError(
+            f"{root}: no readable documents to make training pairs from "
+            "(supported: PDF, .txt, .md, .html, .docx)"
+        )
+    titles = {d: doc.title for d, doc in documents.items()}
+    pairs = pseudo_pairs(docs, titles, seed=seed)
+    if not pairs:
+        raise DataFormatError(
+            f"{root}: found no headings or sentences to make pseudo-queries from; "
+            "give labelled pairs (JSONL) instead"
+        )
+    counts = {o: sum(p.origin == o for p in pairs) for o in ("title", "heading", "span")}
+    notes.append(f"{len(docs)} documents -> pseudo-pairs {counts}")
+    pairs = _sample(pairs, max_pairs, seed)
+    pool = [p for passages in docs.values() for p in passages]
+    source = f"documents in {root} (no labels: pseudo-queries)"
+    return TrainingData(source, "corpus", pairs, documents, pool, notes, vectors)
+
+
+# ---------------------------------------------------------------------------------------------
+# Negatives
+
+
+def positive_aware_keep(scores: np.ndarray, positive: float, margin: float = MARGIN) -> np.ndarray:
+    """True for candidates scoring below `margin` x the positive's score (for a positive score;
+    below `positive - (1 - margin) |positive|` in general, so the bound stays under it)."""
+    return np.asarray(scores < positive - (1.0 - margin) * abs(positive))
+
+
+def mine(
+    query_vectors: np.ndarray,
+    positive_vectors: np.ndarray,
+    pool_vectors: np.ndarray,
+    pool_docs: Sequence[str],
+    excluded: Sequence[set[str]],
+    k: int,
+    margin: float = MARGIN,
+) -> list[list[int]]:
+    """For each query, the `k` best-scoring pool passages that pass the positive-aware rule.
+
+    Vectors are unit-norm rows: queries and positives (n, dim), pool (m, dim). Passages of the
+    query's own documents (`excluded[i]`) are never negatives.
+    """
+    scores = query_vectors @ pool_vectors.T  # (n, m)
+    positives = (query_vectors * positive_vectors).sum(1)  # (n,)
+    chosen = []
+    for i in range(len(query_vectors)):
+        keep = positive_aware_keep(scores[i], float(positives[i]), margin)
+        order = np.argsort(-scores[i], kind="stable")
+        picked = [int(j) for j in order if keep[j] and pool_docs[j] not in excluded[i]]
+        chosen.append(picked[:k])
+    return chosen
+
+
+def random_negatives(
+    pool: Sequence[Passage], excluded: set[str], avoid: set[str], k: int, rng: random.Random
+) -> list[str]:
+    """Up to `k` distinct pool texts from documents not in `excluded` and not in `avoid`."""
+    picked: list[str] = []
+    for _ in range(k * 20):
+        if len(picked) >= k or not pool:
+            break
+        passage = pool[rng.randrange(len(pool))]
+        if passage.doc_id not in excluded and passage.text not in avoid | set(picked):
+            picked.append(passage.text)
+    return picked
+
+
+def relevant_docs(pairs: Sequence[Pair]) -> dict[str, set[str]]:
+    """query text -> every document some pair marks relevant to it."""
+    out: dict[str, set[str]] = {}
+    for pair in pairs:
+        out.setdefault(pair.query, set()).add(pair.doc_id)
+    return out
+
+
+def add_negatives(
+    data: TrainingData,
+    n: int,
+    *,
+    encoder: Encoder | None = None,
+    seed: int = 0,
+    margin: float = MARGIN,
+) -> TrainingData:
+    """Give each pair without negatives `n`: half mined with `encoder` (if given), the rest random.
+
+    Pairs that brought their own negatives keep exactly those. Pool vectors stored in `data`
+    (from the index) are used when present; otherwise the pool is encoded once.
+    """
+    todo = [i for i, p in enumerate(data.pairs) if not p.negatives]
+    if n <= 0 or not todo:
+        return data
+    relevant = relevant_docs(data.pairs)
+    mined: dict[int, list[str]] = {}
+    if encoder is not None and n >= 2 and data.pool:
+        mined = _mined(data, todo, relevant, n // 2, encoder, margin)
+    rng = random.Random(seed)
+    pairs = list(data.pairs)
+    for i in todo:
+        pair = pairs[i]
+        hard = mined.get(i, [])
+        easy = random_negatives(
+            data.pool, relevant[pair.query], {pair.positive, *hard}, n - len(hard), rng
+        )
+        pairs[i] = replace(pair, negatives=tuple(hard + easy))
+    note = f"negatives: {n} per pair ({'half mined, ' if mined else ''}margin {margin})"
+    return replace(data, pairs=pairs, notes=[*data.notes, note])
+
+
+def _mined(
+    data: TrainingData,
+    todo: Sequence[int],
+    relevant: Mapping[str, set[str]],
+    k: int,
+    encoder: Encoder,
+    margin: float,
+) -> dict[int, list[str]]:
+    pool_vectors = data.pool_vectors
+    if pool_vectors is None or len(pool_vectors) != len(data.pool):
+        pool_vectors = encoder.encode_documents([p.text for p in data.pool])  # (pool, dim)
+    pairs = [data.pairs[i] for i in todo]
+    queries = encoder.encode_queries([p.query for p in pairs])  # (n, dim)
+    positives = encoder.encode_documents([p.positive for p in pairs])  # (n, dim)
+    excluded = [relevant[p.query] for p in pairs]
+    docs = [p.doc_id for p in data.pool]
+    picks = mine(queries, positives, pool_vectors, docs, excluded, k, margin)
+    return {i: [data.pool[j].text for j in js] for i, js in zip(todo, picks, strict=True)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Held-out evaluation split
+
+
+def split_heldout(
+    data: TrainingData, fraction: float = 0.1, limit: int = 200, seed: int = 0
+) -> tuple[TrainingData, list[Pair]]:
+    """(training data, held-out pairs): whole queries (labelled) or whole documents (no labels).
+
+    Holding out documents for pseudo-pairs keeps a held-out section's text out of training.
+    """
+
+    def group(p: Pair) -> str:
+        return p.doc_id if data.kind == "corpus" else p.query
+
+    groups = sorted({group(p) for p in data.pairs})
+    random.Random(seed).shuffle(groups)
+    want = min(limit, int(len(data.pairs) * fraction))
+    held: set[str] = set()
+    count = 0
+    for g in groups:
+        if count >= want or len(held) + 1 >= len(groups):
+            break
+        held.add(g)
+        count += sum(group(p) == g for p in data.pairs)
+    train = [p for p in data.pairs if group(p) not in held]
+    heldout = [p for p in data.pairs if group(p) in held]
+    keep = [i for i, p in enumerate(data.pool) if data.kind != "corpus" or p.doc_id not in held]
+    unit = "documents" if data.kind == "corpus" else "queries"
+    note = f"held out {len(heldout)} pairs ({len(held)} {unit})"
+    data = replace(data, pairs=train, notes=[*data.notes, note])
+    return select_pool(data, keep), heldout
+
+
+def select_pool(data: TrainingData, keep: Sequence[int]) -> TrainingData:
+    """Only the pool passages at `keep` (with their stored vectors, if any)."""
+    vectors = data.pool_vectors[list(keep)] if data.pool_vectors is not None else None
+    return replace(data, pool=[data.pool[i] for i in keep], pool_vectors=vectors)
+
+
+def heldout_set(
+    pairs: Sequence[Pair],
+    documents: Mapping[str, CorpusDoc],
+    *,
+    max_docs: int = 300,
+    seed: int = 0,
+    name: str = "held-out",
+) -> RetrievalSet:
+    """Held-out pairs as a retrieval task: their documents plus random others, `max_docs` in all."""
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    ids: dict[str, str] = {}
+    for pair in pairs:
+        qid = ids.setdefault(pair.query, f"h{len(ids)}")
+        queries[qid] = pair.query
+        qrels.setdefault(qid, {})[pair.doc_id] = 1
+    judged = {d for r in qrels.values() for d in r}
+    rest = sorted(set(documents) - judged)
+    extra = random.Random(seed).sample(rest, max(0, min(len(rest), max_docs - len(judged))))
+    corpus = {d: documents[d] for d in sorted(judged | set(extra))}
+    note = f"{len(queries)} held-out queries over {len(corpus)} documents ({len(judged)} judged)"
+    return RetrievalSet(name, corpus, queries, qrels, notes=[note])
+
+
+# ---------------------------------------------------------------------------------------------
+# One entry point
+
+
+def load_training_data(
+    source: Path,
+    chunker: Chunker,
+    *,
+    split: str = "train",
+    store: Store | None = None,
+    max_pairs: int | None = None,
+    pool_size: int = 1000,
+    seed: int = 0,
+) -> TrainingData:
+    """Pairs from a JSONL file, a BEIR folder's `split`, or a folder of unlabelled documents.
+
+    `store` is the collection indexed from `source`, if any (its chunks and vectors are reused).
+    `max_pairs` samples queries (BEIR) or pairs (the others); `pool_size` caps the passages
+    negatives are drawn from.
+    """
+    if not source.exists():
+        raise UsageError(f"no such training data: {source}")
+    if source.is_file():
+        if source.suffix.lower() not in (".jsonl", ".json"):
+            raise UsageError(
+                f"{source}: training data is a .jsonl file of pairs, a BEIR folder or a folder "
+                "of documents"
+            )
+        data = read_pairs(source)
+        data = replace(data, pairs=_sample(data.pairs, max_pairs, seed))
+    elif is_beir_folder(source) or is_beir_folder(source / split):
+        data = read_beir(source, split, chunker, max_queries=max_pairs, seed=seed)
+        data = extend_pool(data, chunker, pool_size, seed)
+    else:
+        data = read_corpus_folder(source, chunker, store=store, max_pairs=max_pairs, seed=seed)
+    if len(data.pool) > pool_size:
+        data = select_pool(
+            data, sorted(random.Random(seed).sample(range(len(data.pool)), pool_size))
+        )
+    return data

@@ -1,0 +1,95 @@
+"""`docsearch finetune` from the command line, and its output used by `index` and `Retriever`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from docsearch.app import cli
+from docsearch.app.finetune_cmd import finetune_command
+from tests.training.tiny_st import build_tiny_st, write_documents
+
+runner = CliRunner()
+app = typer.Typer()
+app.command("finetune")(finetune_command)
+app.command("other")(lambda: None)  # two commands, so typer keeps the command name
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_st(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_st(tmp_path_factory.mktemp("models") / "tiny-st")
+
+
+def test_unlabelled_folder_end_to_end_then_index_and_search(tiny_st: Path, tmp_path: Path) -> None:
+    docs = write_documents(tmp_path / "docs")
+    out = tmp_path / "tuned"
+    args = ["finetune", "--train", str(docs), "--output", str(out), "--model", str(tiny_st)]
+    args += ["--loss", "opl", "--steps", "2", "--batch-size", "2", "--grad-accum", "2"]
+    result = runner.invoke(app, [*args, "--lr", "1e-3", "--no-bf16"])
+    assert result.exit_code == 0, result.output
+    assert f"--adapter {out.resolve()}" in result.stdout
+    assert "step 2/2" in result.stderr and "pseudo" not in result.stdout
+    assert (out / "README.md").exists() and (out / "modules.json").exists()
+
+    db = str(tmp_path / "db")
+    indexed = runner.invoke(
+        cli.app,
+        ["index", str(docs), "--collection", "tuned", "--encoder", "sentence-transformers",
+         "--model", str(tiny_st), "--adapter", str(out.resolve()), "--db", db],
+    )  # fmt: skip
+    assert indexed.exit_code == 0, indexed.output
+    from docsearch.retriever import Retriever
+
+    retriever = Retriever("tuned", db=db)
+    assert retriever.store.meta.encoder["options"]["adapter"] == str(out.resolve())
+    hits = retriever.search("pump valve alarm", k=2, mode="vector")
+    assert hits and hits[0].path.endswith(".md")
+
+
+def test_bad_training_data_is_one_line_naming_the_line(tiny_st: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "pairs.jsonl"
+    bad.write_text('{"query": "q", "positive": "p"}\n{"query": "q",\n')
+    result = runner.invoke(
+        app,
+        ["finetune", "--train", str(bad), "--output", str(tmp_path / "o"), "--model", str(tiny_st)],
+    )
+    assert result.exit_code == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert (
+        last
+        == f"error: {bad}:2: not valid JSON (Expecting property name enclosed in double quotes)"
+    )
+
+
+def test_ctrl_c_points_to_resume(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import docsearch.training.finetune as module
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "finetune", interrupted)
+    result = runner.invoke(
+        app, ["finetune", "--train", str(tmp_path), "--output", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 130 and "--resume" in result.stderr
+
+
+def test_importing_the_command_loads_no_torch() -> None:
+    code = "import sys, docsearch.app.finetune_cmd; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
