@@ -232,6 +232,20 @@ class UIProgress:
     def planned_chunks(self, chunks: int) -> None: ...
 
 
+def latest(store: Any) -> bool:
+    """Move an open collection to its newest version (a CLI run may have written since);
+    False if it cannot be (dropped, or replaced), so the caller opens it afresh."""
+    from docsearch.indexer.store import META_KEY, CollectionMeta
+
+    try:
+        store.chunks.checkout_latest()
+        store.files_table.checkout_latest()
+        meta = CollectionMeta.from_json(store.chunks.schema.metadata[META_KEY])
+    except Exception:  # noqa: BLE001 - any failure means: reopen, which reports clearly
+        return False
+    return bool(meta == store.meta)  # a dropped and rebuilt collection is another one
+
+
 @dataclass
 class UIContext:
     """The database, the allowed indexing root and cached per-collection objects."""
@@ -263,8 +277,10 @@ class UIContext:
         if not name:
             raise UsageError("no collection yet: index a folder first (Index tab)")
         with self._lock:
-            if name not in self._retrievers:
-                self._retrievers[name] = Retriever(name, db=self.db, settings=self.settings)
+            cached = self._retrievers.get(name)
+            if cached is not None and latest(cached.store):
+                return cached
+            self._retrievers[name] = Retriever(name, db=self.db, settings=self.settings)
             return self._retrievers[name]
 
     def guard(self, name: str) -> DocumentGuard:

@@ -236,3 +236,18 @@ def test_gradio_file_routes_serve_no_documents(client: Any, corpus: Corpus, rout
         response = client.get(route + path)
         assert response.status_code in (403, 404), (route, path, response.status_code)
         assert SECRET not in response.text and "root:x:" not in response.text
+
+
+def test_the_ui_sees_what_a_later_index_run_wrote(tmp_path: Path) -> None:
+    from tests.ui.corpus import build_corpus, index_corpus
+
+    fresh = build_corpus(tmp_path)
+    index_corpus(fresh)
+    ctx = UIContext(fresh.db, Settings(db=fresh.db), "docs", None)
+    assert ctx.search("zebra crossing", "docs", "lexical", 5, Filters()).hits == []
+    (fresh.docs / "zebra.md").write_text(
+        "# Roads\n\nA zebra crossing gives pedestrians priority.\n"
+    )
+    index_corpus(fresh)  # another writer, as `docsearch index` would be
+    hits = ctx.search("zebra crossing", "docs", "lexical", 5, Filters()).hits
+    assert [Path(h.path).name for h in hits] == ["zebra.md"]
