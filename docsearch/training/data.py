@@ -256,6 +256,14 @@ def heading_key(line: str) -> str:
     return " ".join(words(_NUMBERING.sub("", heading_title(line))))
 
 
+def plausible_query(title: str) -> bool:
+    """A heading worth asking about: a few words, mostly letters (not a table row or a list item
+    that the chunker's generous heading rules also accept)."""
+    tokens = title.split()
+    letters = [t for t in tokens if any(c.isalpha() for c in t)]
+    return 1 <= len(tokens) <= 10 and len(letters) * 2 > len(tokens) and len(title) >= 4
+
+
 def generic_headings(docs: Mapping[str, Sequence[Passage]]) -> set[str]:
     """Headings found in many documents ("Introduction", "References") identify no section."""
     seen: dict[str, set[str]] = {}
@@ -284,12 +292,11 @@ def heading_pairs(doc_id: str, passages: Sequence[Passage], generic: set[str]) -
         for line in passage.text.splitlines():
             if not heading_level(line):
                 continue
-            key = heading_key(line)
-            if key in generic or len(key) < 4:
+            query = _NUMBERING.sub("", heading_title(line)).strip()
+            if heading_key(line) in generic or not plausible_query(query):
                 continue
             body = _section_body(passages, index, line)
             if len(words(body)) >= MIN_BODY_WORDS:
-                query = _NUMBERING.sub("", heading_title(line)).strip()
                 pairs.append(Pair(query, body, doc_id, (), "heading"))
     return pairs
 
@@ -336,7 +343,8 @@ def pseudo_pairs(
     rng = random.Random(seed)
     pairs: dict[tuple[str, str], Pair] = {}
     for doc_id, passages in docs.items():
-        found = title_pair(doc_id, titles.get(doc_id, ""), passages)
+        title = titles.get(doc_id, "")
+        found = [] if heading_key(title) in generic else title_pair(doc_id, title, passages)
         found += heading_pairs(doc_id, passages, generic)
         found += span_pairs(doc_id, passages, rng, spans_per_doc)
         for pair in found:

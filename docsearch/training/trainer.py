@@ -6,7 +6,8 @@ hardware has it. `opl` and `simcse` accumulate micro-batches; `mnrl` uses GradCa
 (`cached_mnrl`), so its in-batch negatives span the whole effective batch. A checkpoint is
 written every N steps and on Ctrl-C; resuming restores the weights, optimiser, schedule, RNG and
 position, and the batch order depends only on (seed, position), so an interrupted run ends where
-an uninterrupted one would.
+an uninterrupted one would. Under a time limit the learning-rate decay is re-aimed after every
+step at the last step that fits, so a time-limited run still ends with a small learning rate.
 Not here: the run around the loop (data, evaluation, saving: `finetune.py`), the losses.
 """
 
@@ -53,7 +54,7 @@ class TrainSettings:
     max_grad_norm: float = 1.0
     weight_decay: float = 0.01
     scale: float = 20.0  # inverse temperature of mnrl / simcse
-    max_minutes: float | None = None  # stop (and save) after this much training time
+    max_minutes: float | None = None  # stop (and save) then; the decay is aimed at that time
     checkpoint_every: int = 25
     seed: int = 0
     bf16: bool | None = None  # None: where the hardware supports it
@@ -243,12 +244,24 @@ class Loop:
         params = trainable.parameters()
         lr = settings.lr or (2e-5 if trainable.method == "full fine-tuning" else 1e-4)
         self.optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=settings.weight_decay)
-        factor = warmup_linear(planned, settings.warmup)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimiser, factor)
+        self.horizon = planned  # the step the learning rate reaches 0 (see `_replan`)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimiser, self._factor)
         self.device = str(_device_of_params(params))
         use_bf16 = bf16_supported(self.device) if settings.bf16 is None else settings.bf16
         self.bf16 = use_bf16
         self._dirty = False  # weights changed but the step is not yet counted
+
+    def _factor(self, step: int) -> float:
+        return warmup_linear(self.horizon, self.settings.warmup)(step)
+
+    def _replan(self, state: LoopState) -> None:
+        """Under --max-minutes, aim the decay at the last step that fits in the time left."""
+        limit = self.settings.max_minutes
+        if limit is None or not state.step:
+            return
+        per_step = state.seconds / state.step
+        fits = state.step + int(max(0.0, limit * 60 - state.seconds) / max(per_step, 1e-9))
+        self.horizon = max(state.step + 1, min(self.planned, fits))
 
     def autocast(self) -> Any:
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
@@ -307,6 +320,7 @@ class Loop:
                 state.step += 1
                 state.losses.append(loss)
                 state.seconds += time.perf_counter() - started
+                self._replan(state)
                 self._dirty = False
                 self.reporter.step(self._report(state))
                 if state.step % self.settings.checkpoint_every == 0 and state.step < self.planned:
@@ -326,12 +340,12 @@ class Loop:
 
     def _report(self, state: LoopState) -> StepReport:
         per_step = state.seconds / max(1, state.step)
-        eta = per_step * (self.planned - state.step)
+        eta = per_step * (self.horizon - state.step)
         if self.settings.max_minutes is not None:
             eta = min(eta, max(0.0, self.settings.max_minutes * 60 - state.seconds))
         recent = state.losses[-20:]
         return StepReport(
-            state.step, self.planned, state.losses[-1], sum(recent) / len(recent),
+            state.step, self.horizon, state.losses[-1], sum(recent) / len(recent),
             float(self.scheduler.get_last_lr()[0]), state.seconds, eta,
         )  # fmt: skip
 

@@ -157,6 +157,13 @@ def test_headings_point_to_their_sections_without_the_heading_line() -> None:
     assert all(p.origin == "heading" for p in pairs)
 
 
+def test_list_items_and_table_rows_are_not_headings_worth_asking() -> None:
+    body = "Either party may terminate this agreement on ninety days written notice " * 2
+    text = "5 (d) returns the minimum tree spanning a bigram, in this case the word saw and\n"
+    text += "7 12.5 30.1 44.2\n" + body
+    assert pseudo_pairs({"d": passages("d", [text])}, {}, spans_per_doc=0) == []
+
+
 def test_a_heading_at_the_end_of_a_window_points_to_the_next_window() -> None:
     body = "Either party may terminate this agreement on ninety days written notice " * 2
     docs = {"d": passages("d", ["Some intro text here.\n\n3.2 Termination rights", body])}

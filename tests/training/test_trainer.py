@@ -20,6 +20,7 @@ from docsearch.training.finetune import CHECKPOINTS, FinetuneJob, finetune
 from docsearch.training.losses import mnrl
 from docsearch.training.trainer import (
     Loop,
+    LoopState,
     StepReport,
     TrainSettings,
     mnrl_step,
@@ -160,6 +161,15 @@ def test_mnrl_step_spans_the_whole_effective_batch() -> None:
     n = model.embed([x for p in PAIRS for x in p.negatives], "document")
     mnrl(q, d, n, scale=20.0).backward()
     assert torch.allclose(cached, model.table.weight.grad, atol=1e-5)  # type: ignore[arg-type]
+
+
+def test_a_time_limit_aims_the_decay_at_the_deadline(tmp_path: Path) -> None:
+    settings = TrainSettings(batch_size=2, grad_accum=1, max_minutes=1.0, bf16=False)
+    loop = Loop(BagOfWords(), PAIRS, settings, 100, tmp_path, Recorder())  # type: ignore[arg-type]
+    loop._replan(LoopState(step=2, seconds=10.0))  # 5 s a step: 10 more steps fit in the minute
+    assert loop.horizon == 12
+    loop._replan(LoopState(step=2, seconds=70.0))  # out of time: end at the next step
+    assert loop.horizon == 3
 
 
 def test_warmup_then_linear_decay() -> None:

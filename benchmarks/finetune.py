@@ -1,0 +1,287 @@
+"""Does `docsearch finetune` help? Before/after nDCG@10 of the offline default encoder, OPL vs MNRL.
+
+    flock /tmp/docsearch-heavy.lock timeout 3000 python benchmarks/finetune.py --dataset scifact
+    (also --dataset qmsum, --dataset scisummnet; --dry-run prints sample pairs and sizes only)
+
+Per dataset, on seeded CPU-sized samples of ../shared/data (all-MiniLM-L6-v2, packaged):
+- qmsum: train on the train split (query -> the BM25-best window of its meeting); evaluate the
+  test queries of a sample of test meetings, over those meetings plus random others.
+- scifact: train on scifact/train; evaluate the test queries over a sampled corpus.
+- scisummnet: no labels. The sampled papers are written out as .txt files and the encoder is
+  trained on pseudo-queries made from their text only (headings -> sections, sentences ->
+  their windows); evaluated with the title2paper queries over the same papers.
+"Before" is measured once per dataset. Each loss gets the same pairs and negatives and the same
+training-time budget (`--minutes`; the learning-rate decay is aimed at the deadline).
+Writes benchmarks/results/finetune.json (one entry per dataset, merged) and finetune.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from docsearch.corpora.beir import RetrievalSet, load_beir
+from docsearch.training.finetune import FinetuneJob, finetune
+from docsearch.training.trainer import StepReport, TrainSettings
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+DATA = REPO.parent / "shared" / "data"
+ENCODER, MODEL = "sentence-transformers", "all-MiniLM-L6-v2"
+
+
+class Printer:
+    """Status lines and one progress line every 20 s, on stdout (this is a script)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def status(self, message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    def step(self, r: StepReport) -> None:
+        if time.monotonic() - self.last > 20 or r.step == r.total:
+            self.last = time.monotonic()
+            print(f"  step {r.step}/{r.total} loss {r.loss:.4f} (mean {r.mean_loss:.4f}) "
+                  f"lr {r.lr:.1e} {r.seconds:.0f} s", flush=True)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation sets
+
+
+def keep_queries(rset: RetrievalSet, qids: set[str], note: str) -> RetrievalSet:
+    queries = {q: t for q, t in rset.queries.items() if q in qids}
+    qrels = {q: r for q, r in rset.qrels.items() if q in qids}
+    return replace(rset, queries=queries, qrels=qrels, notes=[*rset.notes, note])
+
+
+def qmsum_eval(meetings: int, extra: int, seed: int) -> RetrievalSet:
+    """Test queries of `meetings` sampled test meetings, over them plus `extra` other meetings."""
+    rset = load_beir(DATA / "qmsum", "test")
+    chosen = set(random.Random(seed).sample(sorted(rset.judged()), meetings))
+    qids = {q for q in rset.queries if {d for d, g in rset.qrels[q].items() if g > 0} <= chosen}
+    rset = keep_queries(rset, qids, f"test queries of {meetings} sampled test meetings")
+    return rset.subsample(meetings + extra, seed)
+
+
+def scifact_eval(max_docs: int, seed: int) -> RetrievalSet:
+    return load_beir(DATA / "scifact", "test").subsample(max_docs, seed)
+
+
+def title2paper_eval(queries: int, extra: int, seed: int) -> RetrievalSet:
+    rset = load_beir(DATA / "scisummnet-acl" / "title2paper", "test")
+    qids = set(random.Random(seed).sample(sorted(rset.queries), queries))
+    rset = keep_queries(rset, qids, f"{queries} sampled title2paper queries")
+    return rset.subsample(len(rset.judged()) + extra, seed)
+
+
+def write_papers(rset: RetrievalSet, folder: Path) -> Path:
+    """The evaluation corpus as plain .txt files: the unlabelled folder a user would have."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for doc in rset.corpus.values():
+        (folder / f"{doc.id}.txt").write_text(doc.text, encoding="utf-8")
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+
+
+def plan(args: argparse.Namespace, work: Path) -> tuple[Path, RetrievalSet, dict[str, Any]]:
+    """(training source, evaluation set, job keywords) for the chosen dataset."""
+    if args.dataset == "qmsum":
+        rset = qmsum_eval(args.eval_meetings, args.extra_docs, args.seed)
+        return DATA / "qmsum", rset, {"split": "train", "max_pairs": args.train_queries}
+    if args.dataset == "scifact":
+        rset = scifact_eval(args.eval_docs, args.seed)
+        return DATA / "scifact", rset, {"split": "train", "max_pairs": args.train_queries}
+    rset = title2paper_eval(args.eval_queries, args.extra_docs, args.seed)
+    return write_papers(rset, work / "papers"), rset, {"max_pairs": args.train_queries}
+
+
+def command_line(args: argparse.Namespace, train: Path, loss: str) -> str:
+    """The equivalent `docsearch finetune` call (the script builds its evaluation set itself)."""
+    return (
+        f"docsearch finetune --encoder {ENCODER} --model {MODEL} --loss {loss} "
+        f"--train {train} --output OUT --max-pairs {args.train_queries} "
+        f"--negatives {args.negatives} --batch-size {args.batch_size} --grad-accum "
+        f"{args.grad_accum} --epochs {args.epochs} --max-minutes {args.minutes} --seed {args.seed}"
+    )
+
+
+def run_loss(
+    args: argparse.Namespace, loss: str, train: Path, rset: RetrievalSet, kw: dict[str, Any],
+    before: dict[str, Any] | None, work: Path,
+) -> dict[str, Any]:  # fmt: skip
+    settings = TrainSettings(
+        loss=loss, epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum,
+        negatives=args.negatives, max_minutes=args.minutes, seed=args.seed, lr=args.lr,
+    )  # fmt: skip
+    job = FinetuneJob(
+        ENCODER, {"model": MODEL}, train, work / f"out-{loss}", settings, eval_set=rset,
+        before=before, pool_size=args.pool, **kw,
+    )  # fmt: skip
+    started = time.perf_counter()
+    record = finetune(job, Printer())
+    record["wall_seconds"] = round(time.perf_counter() - started, 1)
+    record["command"] = command_line(args, train, loss)
+    return record
+
+
+def summarise(record: dict[str, Any]) -> dict[str, Any]:
+    keep = ("loss", "steps", "planned_steps", "stopped", "seconds", "wall_seconds", "command")
+    out = {k: record.get(k) for k in keep}
+    out["settings"] = record["settings"]
+    out["data"] = record["data"]
+    out["after"] = record["evaluation"]["after"]
+    out["loss_first_last"] = [record["losses"][:3], record["losses"][-3:]]
+    return out
+
+
+def dry_run(train: Path, rset: RetrievalSet, kw: dict[str, Any], args: argparse.Namespace) -> None:
+    from docsearch.encoders.base import get_encoder
+    from docsearch.indexer.chunk import ChunkerSettings
+    from docsearch.indexer.collection import chunk_budget, make_chunker
+    from docsearch.training.data import load_training_data
+
+    encoder = get_encoder(ENCODER, model=MODEL)
+    chunker = make_chunker(encoder, ChunkerSettings(max_tokens=chunk_budget(encoder, None)))
+    data = load_training_data(train, chunker, pool_size=args.pool, seed=args.seed, **kw)
+    print(data.source, data.notes, len(data.pairs), "pairs,", len(data.pool), "pool passages")
+    for pair in random.Random(1).sample(data.pairs, min(5, len(data.pairs))):
+        print(f"- [{pair.origin}] {pair.query[:100]!r}\n    -> {pair.positive[:160]!r}")
+    tokens = sum(encoder.count_tokens([d.body for d in rset.corpus.values()]))
+    print(
+        f"eval: {len(rset.queries)} queries, {len(rset.corpus)} docs, {tokens:,} tokens;",
+        rset.notes,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", choices=("qmsum", "scifact", "scisummnet"), required=True)
+    parser.add_argument("--losses", nargs="+", default=None, help="default: opl mnrl (labelled)")
+    parser.add_argument("--train-queries", type=int, default=200)
+    parser.add_argument("--minutes", type=float, default=4.0, help="training time per loss")
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--negatives", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--grad-accum", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--pool", type=int, default=600, help="passages negatives come from")
+    parser.add_argument("--eval-meetings", type=int, default=12, help="qmsum")
+    parser.add_argument("--eval-docs", type=int, default=800, help="scifact")
+    parser.add_argument("--eval-queries", type=int, default=80, help="scisummnet")
+    parser.add_argument("--extra-docs", type=int, default=12, help="qmsum, scisummnet")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    losses = args.losses or (["opl"] if args.dataset == "scisummnet" else ["opl", "mnrl"])
+    work = Path(tempfile.mkdtemp(prefix="docsearch-finetune-"))
+    try:
+        train, rset, kw = plan(args, work)
+        if args.dry_run:
+            dry_run(train, rset, kw, args)
+            return
+        entry = run_dataset(args, losses, train, rset, kw, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    save(args.dataset, entry)
+
+
+def run_dataset(
+    args: argparse.Namespace, losses: list[str], train: Path, rset: RetrievalSet,
+    kw: dict[str, Any], work: Path,
+) -> dict[str, Any]:  # fmt: skip
+    started = time.perf_counter()
+    runs, before = [], None
+    for loss in losses:
+        record = run_loss(args, loss, train, rset, kw, before, work)
+        before = record["evaluation"]["before"]
+        runs.append(summarise(record))
+    return {
+        "dataset": args.dataset,
+        "eval_set": f"{rset.name}: {len(rset.queries)} queries, {len(rset.corpus)} documents; "
+        + "; ".join(rset.notes),
+        "before": before,
+        "runs": runs,
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "threads": torch.get_num_threads(),
+        "hardware": f"{platform.machine()} CPU ({platform.processor() or 'unknown'})",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": f"python benchmarks/finetune.py --dataset {args.dataset} "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items())
+                   if k not in ("dataset", "dry_run") and v is not None),
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+def save(dataset: str, entry: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "finetune.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[dataset] = entry
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    (RESULTS / "finetune.md").write_text(render(results))
+    print((RESULTS / "finetune.md").read_text())
+
+
+def _cell(metrics: dict[str, Any] | None, mode: str) -> str:
+    return f"{metrics[mode]['ndcg@10']:.4f}" if metrics else ""
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "# Fine-tuning all-MiniLM-L6-v2 with `docsearch finetune`",
+        "",
+        "nDCG@10 before and after, document level (a document scores as its best chunk), on",
+        "seeded CPU-sized samples. `vector` is the dense leg alone, `hybrid` the default search.",
+        "Each loss trained on the same pairs and negatives for the same training-time budget.",
+        "",
+        "| dataset | loss | steps | train s | vector before | vector after | hybrid before | "
+        "hybrid after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in results.items():
+        for run in entry["runs"]:
+            lines.append(
+                f"| {name} | {run['loss']} | {run['steps']} | {run['seconds']:.0f} | "
+                f"{_cell(entry['before'], 'vector')} | {_cell(run['after'], 'vector')} | "
+                f"{_cell(entry['before'], 'hybrid')} | {_cell(run['after'], 'hybrid')} |"
+            )
+    for name, entry in results.items():
+        lines += ["", f"## {name}", "", f"- evaluation: {entry['eval_set']}"]
+        lines += [f"- command: `{entry['command']}`", f"- {entry['hardware']}, "
+                  f"{entry['threads']} torch threads, {entry['date']}, "
+                  f"{entry['total_seconds']:.0f} s in all"]  # fmt: skip
+        for run in entry["runs"]:
+            settings = run["settings"]
+            lines.append(
+                f"- {run['loss']}: {run['data']['pairs']} pairs ({'; '.join(run['data']['notes'])}); "
+                f"lr {settings['lr']}, batch {settings['batch_size']} x {settings['grad_accum']}, "
+                f"bf16 {settings['bf16']}; {run['steps']} steps in {run['seconds']:.0f} s "
+                f"({run['stopped'] or 'finished'}); loss {run['loss_first_last']}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
