@@ -231,12 +231,13 @@ def file_url(collection: str, path: str, page: int | None = None) -> str:
 
 
 def passage_span(text: str, passage: str) -> tuple[int, int] | None:
-    """Where `passage` (whitespace-normalised, maybe with '…' ends) occurs in `text`, if it does."""
-    words = re.findall(r"\w+|[^\w\s…]+", passage)
-    if not words:
-        return None
-    for size in (len(words), min(len(words), 12)):  # the whole passage, else its opening words
-        pattern = r"\s*".join(re.escape(w) for w in words[:size])
+    """Where `passage` occurs in `text`, matching its words in order and ignoring the spacing
+    and punctuation between them (PDF text layers differ in quotes, hyphens and line breaks)."""
+    words = re.findall(r"\w+", passage)
+    for size in (len(words), 12):  # the whole passage, else its opening words
+        if not words[:size]:
+            return None
+        pattern = r"\W*".join(re.escape(w) for w in words[:size])
         match = re.search(pattern, text, re.IGNORECASE)
         if match:
             return match.span()

@@ -345,8 +345,11 @@ class UIContext:
         chunk = text[span[0] : span[1]]
         found = passage_span(chunk, item["passage"])
         passage = (span[0] + found[0], span[0] + found[1]) if found else None
-        anchor = passage_span(chunk, item["anchor"])
-        page = doc.page_at(span[0] + anchor[0] if anchor else passage[0] if passage else span[0])
+        anchor = passage_span(chunk, item["anchor"])  # the first query term: its page opens
+        if anchor:
+            page = doc.page_at(span[0] + anchor[0])
+        else:
+            page = doc.page_at(passage[0] if passage else span[0])
         starts = [(p.number, p.char_offset) for p in doc.pages]
         body = text_preview_html(text, span, passage, item["query"], starts)
         return Preview(self._head(item, page, len(doc.pages)), body, page, len(doc.pages), False)
