@@ -251,3 +251,28 @@ def test_the_ui_sees_what_a_later_index_run_wrote(tmp_path: Path) -> None:
     index_corpus(fresh)  # another writer, as `docsearch index` would be
     hits = ctx.search("zebra crossing", "docs", "lexical", 5, Filters()).hits
     assert [Path(h.path).name for h in hits] == ["zebra.md"]
+
+
+def test_ui_command_is_light_typed_and_reports_errors() -> None:
+    import subprocess
+    import sys
+
+    import typer
+    from typer.testing import CliRunner
+
+    from docsearch.app.ui_cmd import ui_command
+
+    probe = "import sys, docsearch.app.ui_cmd; print('gradio' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert loaded.stdout.strip() == "False"  # gradio only when the command runs
+    app = typer.Typer()
+    app.command("ui")(ui_command)
+    app.command("other")(lambda: None)  # a group, as in cli.py
+    runner = CliRunner()
+    shown = runner.invoke(app, ["ui", "--help"])
+    assert shown.exit_code == 0
+    assert all(
+        opt in shown.output for opt in ("--collection", "--host", "--port", "--root", "--db")
+    )
+    refused = runner.invoke(app, ["ui", "--root", "/no/such/folder"])
+    assert refused.exit_code == 2 and "--root must be an existing folder" in refused.output
