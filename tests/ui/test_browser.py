@@ -41,13 +41,19 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     corpus, db = base / "samples", str(base / "db")
     shutil.copytree(SAMPLES, corpus)
     (base / "secret.txt").write_text(SECRET)
+    incoming = base / "incoming"  # for indexing from the UI (--root base)
+    incoming.mkdir()
+    (incoming / "memo.md").write_text("# Memo\n\nThe quarterly escrow review is due in May.\n")
+    (incoming / "broken.pdf").write_bytes(b"%PDF-1.7 not really a pdf")
+    (incoming / "photo.jpg").write_bytes(b"\xff\xd8\xff")
     _index(db, corpus, "samples", "none")  # lexical: fast, no model
     _index(db, corpus, "samples-hybrid", "hashing")  # the deterministic fake encoder
     artifacts = Path(os.environ.get("DOCSEARCH_TEST_ARTIFACTS", base))
     artifacts.mkdir(parents=True, exist_ok=True)
     log = artifacts / "ui-server.log"
     plugins = {"DOCSEARCH_PLUGINS": "tests.fakes"}  # the server needs the fake encoder too
-    with ui_server(db, "--collection", "samples", log=log, env=plugins) as url:
+    args = ("--collection", "samples", "--root", str(base))
+    with ui_server(db, *args, log=log, env=plugins) as url:
         yield {"url": url, "corpus": corpus, "secret": base / "secret.txt", "art": artifacts}
 
 
@@ -157,3 +163,27 @@ def test_the_live_server_serves_indexed_documents_only(site: dict[str, Any], bro
                 assert SECRET not in other.text() and "root:x:" not in other.text()
     finally:
         link.unlink()
+
+
+def test_indexing_a_folder_from_the_ui_reports_each_file(
+    site: dict[str, Any], browser: Any
+) -> None:
+    page = open_ui(browser, site["url"])
+    page.get_by_role("tab", name="Index").click()
+    page.locator("#ds-folder input").first.click()
+    page.get_by_role("option", name="incoming", exact=True).click()
+    page.locator("#ds-new-collection textarea, #ds-new-collection input").first.fill("incoming")
+    page.locator("#ds-index").click()
+    status = page.locator("#ds-index-status .ds-info")
+    status.wait_for(timeout=120_000)
+    assert status.inner_text().startswith("incoming: 1 new") and "1 failed" in status.inner_text()
+    report = page.locator("#ds-index-report")
+    rows = report.inner_text()
+    assert "failed\nbroken.pdf\ncorrupt PDF" in rows  # failed files first, with the reason
+    assert "photo.jpg" in rows and "unsupported file type" in rows
+    page.get_by_role("tab", name="Search").click()
+    page.locator("#ds-collection input").first.click()
+    page.get_by_role("option", name="incoming", exact=True).click()
+    page.wait_for_selector("#ds-status :text('incoming:')", timeout=30_000)
+    first = search(page, "escrow review").locator(".ds-hit").first
+    assert first.get_attribute("data-path").endswith("incoming/memo.md")
