@@ -30,7 +30,7 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from docsearch.encoders.base import register
-from docsearch.encoders.decoder_common import DecoderEncoder
+from docsearch.encoders.decoder_common import DecoderEncoder, choose_dtype, load_decoder
 from docsearch.encoders.intrinsic_dim import calibrate
 from docsearch.errors import UsageError
 
@@ -317,3 +317,21 @@ class KVEmbeddingEncoder(DecoderEncoder):
             "bias": self.bias,
             "rope": self.rope,
         }
+
+
+def calibrate_layers(
+    model: str = "smollm2-135m",
+    *,
+    texts: Sequence[str] | None = None,
+    refresh: bool = False,
+    dtype: str = "auto",
+) -> dict[str, Any]:
+    """Run (or read back) the layer calibration `layers="auto"` uses, for `docsearch models
+    calibrate`. With `texts` (e.g. the user's own chunks) the result is cached separately and
+    its `layers` are meant to be passed explicitly (`layers=[...]`)."""
+    torch_dtype = choose_dtype(dtype, "cpu")
+    net, tokenizer, folder = load_decoder(
+        model, dtype=torch_dtype, device="cpu", attn_implementation="sdpa"
+    )
+    template = KVEmbeddingEncoder.document_template_default
+    return calibrate(net, tokenizer, folder, template, texts=texts, refresh=refresh)

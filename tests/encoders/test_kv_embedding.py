@@ -21,6 +21,7 @@ from docsearch.encoders.decoder_common import left_pad
 from docsearch.encoders.kv_embedding import (
     KVEmbeddingEncoder,
     Reroute,
+    calibrate_layers,
     rerouted_sdpa,
     rotate,
     virtual_shifts,
@@ -220,8 +221,10 @@ def test_no_layers_is_the_prompt_only_ablation(folders: dict[str, Path]) -> None
 
 
 def test_auto_layers_come_from_the_cached_calibration(folders: dict[str, Path]) -> None:
+    found = calibrate_layers(str(folders["llama"]), dtype="float32")  # `models calibrate`
+    assert len(found["dims"]) == 3
     enc = KVEmbeddingEncoder(str(folders["llama"]), dtype="float32")
-    assert enc.layers and all(0 <= x < 3 for x in enc.layers)
+    assert enc.layers == found["layers"] and all(0 <= x < 3 for x in enc.layers)
     assert enc.spec()["options"]["layers"] == enc.layers
 
 
