@@ -739,23 +739,29 @@ class NVEmbedEncoder:
         )
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.batch_size = batch_size
-        self.licence = None if adapter_dir else licence_for(self.model_ref, self._config(base))
+        # The base's licence governs: an adapter trained on a released NV-Embed stays non-commercial.
+        self.licence = licence_for(self.model_ref, self._config(base))
         if self.licence == LICENCE:
             log.warning("%s: %s", self.model_ref, LICENCE_NOTICE)
-        decoder, latent = load_layers(base, adapter_dir, DTYPES[dtype], attn_implementation)
-        if latent is None and pooling == "latent":
+        self._decoder, self._latent = self._load(base, adapter_dir, attn_implementation)
+        self._tokenizer = load_nv_tokenizer(base, adapter_dir)
+        self.dim = int(self._decoder.config.hidden_size)
+        self.max_tokens: int | None = self._content_budget()
+
+    def _load(
+        self, base: Path, adapter_dir: Path | None, attn_implementation: str
+    ) -> tuple[Any, LatentAttentionModel | None]:
+        """(decoder, latent block or None for mean pooling), on the device, in eval mode."""
+        decoder, latent = load_layers(base, adapter_dir, DTYPES[self.dtype], attn_implementation)
+        if latent is None and self.pooling == "latent":
             raise EncoderUnavailableError(
                 f"{self.model_ref!r} is a plain decoder without a latent-attention block; pass "
                 "--adapter <folder trained by nv_embed_train>, a released NV-Embed model, or "
                 "pooling=mean"
             )
-        self._decoder = decoder.to(self.device).eval()
-        self._latent = (
-            latent.to(self.device).eval() if latent is not None and pooling == "latent" else None
-        )
-        self._tokenizer = load_nv_tokenizer(base, adapter_dir)
-        self.dim = int(decoder.config.hidden_size)
-        self.max_tokens: int | None = self._content_budget()
+        if self.pooling == "mean":
+            latent = None
+        return decoder.to(self.device).eval(), latent.to(self.device).eval() if latent else None
 
     @staticmethod
     def _pick(value: str | None, settings: dict[str, Any], key: str, default: str) -> str:

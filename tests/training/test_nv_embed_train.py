@@ -238,3 +238,5 @@ def test_fine_tuning_a_released_model_starts_from_its_block(tmp_path: Path) -> N
     original = load_file(released / "model.safetensors")
     saved = load_file(result.out_dir / "latent_attention.safetensors")
     assert all(torch.equal(v, original[k]) for k, v in saved.items())
+    encoder = get_encoder("nv-embed", adapter=str(result.out_dir))
+    assert encoder.licence == "none: random weights written by docsearch (not NVIDIA's)"
