@@ -1,9 +1,9 @@
 """Tiny random decoder LLMs with an in-memory byte-level BPE tokenizer, saved as HF folders.
 
-Shared by the KV-Embedding, baseline and intrinsic-dimension tests. Two layers' worth of
-architectures: Llama with GQA (4 query heads, 2 KV heads), Gemma3 with one KV head, a sliding
-window shorter than the test inputs, two RoPE bases and `query_pre_attn_scalar` scaling, and
-Qwen3 (q/k norms).
+Shared by the KV-Embedding, baseline and intrinsic-dimension tests. Three layers each: Llama
+with GQA (4 query heads, 2 KV heads); Gemma3 with one KV head, a sliding window shorter than the
+test inputs, two RoPE bases and `query_pre_attn_scalar` scaling; Qwen3 (q/k norms); Qwen2
+(biased q/k/v, one KV head); Mistral (a sliding window on every layer).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from transformers import (
     AutoModel,
     Gemma3TextConfig,
     LlamaConfig,
+    MistralConfig,
     PreTrainedTokenizerFast,
+    Qwen2Config,
     Qwen3Config,
 )
 
@@ -69,6 +71,10 @@ def config(arch: str) -> Any:
         return LlamaConfig(num_key_value_heads=2, **common)
     if arch == "qwen3":
         return Qwen3Config(num_key_value_heads=2, **common)
+    if arch == "qwen2":  # biased q/k/v projections
+        return Qwen2Config(num_key_value_heads=1, **common)
+    if arch == "mistral":  # a sliding window shorter than the test inputs
+        return MistralConfig(num_key_value_heads=2, sliding_window=5, **common)
     if arch == "gemma3":
         return Gemma3TextConfig(
             num_key_value_heads=1,
@@ -80,7 +86,7 @@ def config(arch: str) -> Any:
     raise ValueError(arch)
 
 
-ARCHS = ("llama", "gemma3", "qwen3")
+ARCHS = ("llama", "gemma3", "qwen3", "qwen2", "mistral")
 
 
 def model(arch: str, attn: str = "sdpa", seed: int = 0) -> Any:
