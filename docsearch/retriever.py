@@ -164,12 +164,12 @@ class Retriever:
         idents = identifiers(query)
         if not idents:
             return rows
-        from lancedb.query import PhraseQuery
+        from lance.query import PhraseQuery
 
         matched: dict[str, int] = {}
         extra: dict[str, dict[str, Any]] = {}
         for ident in idents:
-            phrase = PhraseQuery(ident, "text", slop=0)  # type: ignore[call-arg]
+            phrase = PhraseQuery(ident, "text")
             for row in self.store.search_text(phrase, limit, where):
                 if ident.lower() not in row["text"].lower():  # the index drops "a", "(", ...
                     continue

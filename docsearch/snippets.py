@@ -24,9 +24,10 @@ STOPWORDS = frozenset(
 
 @lru_cache(maxsize=1)
 def _stemmer():  # type: ignore[no-untyped-def]
-    import snowballstemmer
+    # The English module alone: `import snowballstemmer` loads every language (slow at start-up).
+    from snowballstemmer.english_stemmer import EnglishStemmer
 
-    return snowballstemmer.stemmer("english")
+    return EnglishStemmer()
 
 
 @lru_cache(maxsize=200_000)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,10 @@ RESULT_COLUMNS = [
     "heading_path",
     "n_tokens",
 ]  # what search returns: everything but the vector
+# Exact (flat) vector search is fine up to tens of thousands of chunks; above this many rows
+# refresh_indexes() builds an IVF index and queries probe part of it (then re-rank exactly).
+VECTOR_INDEX_MIN_ROWS = 50_000
+ANN_SEARCH = {"nprobes": 32, "refine_factor": 4}
 META_KEY = b"docsearch"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -177,9 +182,32 @@ def _table_names(db) -> list[str]:  # type: ignore[no-untyped-def]
             return names
 
 
+def is_local(db_uri: str) -> bool:
+    return "://" not in db_uri or db_uri.startswith("file://")
+
+
+def table_uri(db_uri: str, table: str) -> str:
+    """Where LanceDB keeps a table: `<db>/<table>.lance` (local folders and object stores)."""
+    return f"{db_uri.rstrip('/')}/{table}.lance"
+
+
 def list_collections(db_uri: str) -> list[str]:
-    db = connect(db_uri)
-    return sorted(n[: -len("__chunks")] for n in _table_names(db) if n.endswith("__chunks"))
+    if is_local(db_uri):  # a directory listing: no need to import lancedb (slow to import)
+        root = Path(db_uri.removeprefix("file://"))
+        names = (
+            [p.name[: -len(".lance")] for p in root.glob("*__chunks.lance")]
+            if root.is_dir()
+            else []
+        )
+    else:
+        names = _table_names(connect(db_uri))
+    return sorted(n[: -len("__chunks")] for n in names if n.endswith("__chunks"))
+
+
+def _dataset(uri: str):  # type: ignore[no-untyped-def]
+    import lance
+
+    return lance.dataset(uri)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,29 +216,53 @@ def list_collections(db_uri: str) -> list[str]:
 class Store:
     """One collection: its chunks and files tables and what it was built with."""
 
-    def __init__(self, db: Any, name: str) -> None:
-        self.db, self.name = db, name
-        self.chunks = db.open_table(f"{name}__chunks")
-        self.files_table = db.open_table(f"{name}__files")
-        self.meta = CollectionMeta.from_json(self.chunks.schema.metadata[META_KEY])
+    def __init__(self, db: Any, name: str, *, uri: str | None = None) -> None:
+        """`db` is a LanceDB connection, or None to connect only when something is written.
+
+        Reads go straight to the Lance datasets under the tables (the same files, the same
+        indexes and scores): importing `lancedb` costs seconds, and `search --mode lexical`
+        must start fast.
+        """
+        self._db, self.name = db, name
+        self.uri = uri or db.uri
+        self.meta = CollectionMeta.from_json(self._read("chunks").schema.metadata[META_KEY])
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
                 f"collection {name!r} was written by a newer docsearch (schema "
                 f"{self.meta.schema_version}); upgrade docsearch to read it"
             )
 
+    @property
+    def db(self) -> Any:
+        if self._db is None:
+            self._db = connect(self.uri)
+        return self._db
+
+    @cached_property
+    def chunks(self) -> Any:
+        """The LanceDB chunks table (writes and index management)."""
+        return self.db.open_table(f"{self.name}__chunks")
+
+    @cached_property
+    def files_table(self) -> Any:
+        return self.db.open_table(f"{self.name}__files")
+
+    def _read(self, table: str) -> Any:
+        """The latest version of a table's Lance dataset, for reading."""
+        return _dataset(table_uri(self.uri, f"{self.name}__{table}"))
+
     # -- opening ------------------------------------------------------------------------------
 
     @classmethod
     def open(cls, db_uri: str, name: str) -> Store:
-        db = connect(db_uri)
-        if f"{name}__chunks" not in _table_names(db):
-            known = ", ".join(list_collections(db_uri)) or "none yet"
+        known_names = list_collections(db_uri)
+        if name not in known_names:
+            known = ", ".join(known_names) or "none yet"
             raise CollectionNotFoundError(
                 f"no collection named {name!r} in {db_uri} (collections: {known}); "
                 f"create it with `docsearch index PATH --collection {name}`"
             )
-        return cls(db, name)
+        return cls(None, name, uri=db_uri)
 
     @classmethod
     def open_or_create(cls, db_uri: str, name: str, meta: CollectionMeta) -> Store:
@@ -252,17 +304,15 @@ class Store:
     # -- reading ------------------------------------------------------------------------------
 
     def file_records(self) -> dict[str, FileRecord]:
-        rows = self.files_table.to_arrow().to_pylist()
+        rows = self._read("files").to_table().to_pylist()
         return {r["path"]: FileRecord(**r) for r in rows}
 
     def count_chunks(self, where: str | None = None) -> int:
-        return int(self.chunks.count_rows(where))
+        return int(self._read("chunks").count_rows(filter=where))
 
     def rows(self, where: str, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        query = self.chunks.search().where(where)
-        if columns:
-            query = query.select(list(columns))
-        return list(query.limit(max(1, self.count_chunks(where))).to_list())
+        table = self._read("chunks").to_table(filter=where, columns=list(columns or []) or None)
+        return list(table.to_pylist())
 
     def vectors_for(self, text_shas: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored vectors of chunks with these text hashes (any file): reused, not re-embedded."""
@@ -308,18 +358,29 @@ class Store:
             self.files_table.delete(sql_in("path", deleted))
 
     def refresh_indexes(self) -> None:
-        """Bring the full-text (and scalar) indexes up to date; once per run, not per row."""
+        """Bring the full-text, scalar and vector indexes up to date; once per run, not per row."""
         from lancedb.index import FTS, BTree
 
         existing = {cfg.name for cfg in self.chunks.list_indices()}
-        if self.count_chunks() == 0:
+        rows = self.count_chunks()
+        if rows == 0:
             return
         if "text_idx" not in existing:
             self.chunks.create_index("text", config=FTS(with_position=True), replace=True)
             for column in ("path", "text_sha"):
                 self.chunks.create_index(column, config=BTree(), replace=True)
+        if self.has_vectors and "vector_idx" not in existing and rows >= VECTOR_INDEX_MIN_ROWS:
+            self._create_vector_index(rows)
         self.chunks.optimize()
         self.files_table.optimize()
+
+    def _create_vector_index(self, rows: int) -> None:
+        from lancedb.index import IvfFlat
+
+        partitions = max(16, int(rows**0.5) // 2)  # ~2*sqrt(n) rows per partition
+        self.chunks.create_index(
+            "vector", config=IvfFlat(distance_type="cosine", num_partitions=partitions)
+        )
 
     def index_health(self) -> dict[str, Any]:
         """FTS coverage, versions and sizes, for `docsearch doctor`."""
@@ -335,7 +396,7 @@ class Store:
         }
 
     def last_write(self) -> float:
-        versions = self.chunks.list_versions()
+        versions = self._read("chunks").versions()
         stamp = versions[-1]["timestamp"] if versions else None
         return stamp.timestamp() if stamp is not None else 0.0
 
@@ -344,22 +405,29 @@ class Store:
     def search_vector(self, vector: np.ndarray, k: int, where: str | None) -> list[dict[str, Any]]:
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
-        query = self.chunks.search(vector.astype(np.float32), vector_column_name="vector")
-        query = query.distance_type("cosine").select([*RESULT_COLUMNS, "_distance"]).limit(k)
-        if where:
-            query = query.where(where, prefilter=True)
-        rows = query.to_list()
+        nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
+        nearest.update(ANN_SEARCH)  # used only when the table has a vector index
+        table = self._read("chunks").to_table(
+            nearest=nearest,
+            filter=where,
+            prefilter=True,
+            columns=[*RESULT_COLUMNS, "_distance"],
+        )
+        rows = table.to_pylist()
         for row in rows:
             row["_score"] = 1.0 - float(row.pop("_distance"))
         return rows
 
     def search_text(self, query: Any, k: int, where: str | None) -> list[dict[str, Any]]:
-        """BM25 over `text`; `query` is a string or a LanceDB FTS query object (phrase...)."""
-        search = self.chunks.search(query, query_type="fts", fts_columns="text")
-        search = search.select([*RESULT_COLUMNS, "_score"]).limit(k)
-        if where:
-            search = search.where(where, prefilter=True)
-        return list(search.to_list())
+        """BM25 over `text`; `query` is a string or a Lance full-text query (PhraseQuery...)."""
+        table = self._read("chunks").to_table(
+            full_text_query=query,
+            filter=where,
+            prefilter=True,
+            limit=k,
+            columns=[*RESULT_COLUMNS, "_score"],
+        )
+        return list(table.to_pylist())
 
 
 @contextmanager
