@@ -25,7 +25,7 @@ from typing import Any
 
 from docsearch.errors import UsageError
 from docsearch.indexer.pipeline import DEFAULT_EXCLUDES, sha256_bytes
-from docsearch.indexer.store import FileRecord, Store
+from docsearch.indexer.store import FileRecord, Store, sql_str
 from docsearch.snippets import identifiers, mark_spans, query_terms
 
 MAX_DOCUMENT_BYTES = 512 * 1024 * 1024  # larger files are not previewed or served
@@ -88,7 +88,8 @@ class DocumentGuard:
 
     def record(self, requested: object) -> FileRecord:
         path = check_spelling(requested)
-        record = self.store.file_records().get(path)
+        rows = self.store.files_table.search().where(f"path = {sql_str(path)}").limit(1).to_list()
+        record = FileRecord(**rows[0]) if rows else None
         if record is None:
             raise FileRefusedError(f"not a document of collection {self.store.name!r}")
         if record.status != "indexed":

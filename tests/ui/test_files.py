@@ -39,6 +39,7 @@ def test_an_indexed_document_is_served_byte_for_byte(corpus: Corpus, guard: Docu
         "notes.md",  # relative: not as recorded
         "",
         "\x00/etc/passwd",
+        "/x' OR path LIKE '%",  # quoted into SQL, never interpreted
         None,
     ],
 )
