@@ -195,7 +195,7 @@ def _attention(eager: bool) -> Any:
         layer = int(getattr(module, "layer_idx", -1))
         active = reroute is not None and layer in reroute.layers
         softcap = kwargs.get("softcap")
-        if not active and not eager:
+        if not (active or eager or softcap):
             return sdpa_attention_forward(
                 module, query, key, value, attention_mask, dropout, scale, **kwargs
             )
