@@ -346,10 +346,10 @@ def stage1_loss(embed: Embed, batch: Sequence[Example], config: TrainConfig) -> 
 
 def stage2_loss(embed: Embed, batch: Sequence[Example], config: TrainConfig) -> torch.Tensor:
     k = max(len(e.negatives) for e in batch)
-    if k == 0:
-        raise UsageError("stage 2 needs hard negatives (it has no in-batch negatives); mine some")
     q = embed_queries(embed, batch)
     docs = embed([e.positive for e in batch], config.document_instruction)
+    if k == 0:  # nothing to contrast in this batch (mining found no negative below the margin)
+        return (q * docs).sum() * 0.0
     texts = [
         e.negatives[j] if j < len(e.negatives) else e.positive for e in batch for j in range(k)
     ]
@@ -450,10 +450,7 @@ def train_nv_embed(
         decoder, latent, tokenizer, config, examples, documents, stage2, timings
     )
     pool = list(documents) if documents is not None else unique_positives(examples)
-    t0 = time.perf_counter()
-    first = with_negatives(examples, pool, teacher, config)
-    second = with_negatives(stage2 if stage2 is not None else examples, pool, teacher, config)
-    timings.mining = time.perf_counter() - t0
+    first, second = mine_stages(examples, stage2, pool, teacher, config, timings)
     losses = train_stages(embed, decoder, latent, first, second, config, timings, log)
     latent.eval()
     settings = run_settings(base, config, len(first), timings)
@@ -473,6 +470,27 @@ def train_nv_embed(
 
 def unique_positives(examples: Sequence[Example]) -> list[Document]:
     return list({e.positive_id: Document(e.positive_id, e.positive) for e in examples}.values())
+
+
+def mine_stages(
+    examples: Sequence[Example],
+    stage2: Sequence[Example] | None,
+    pool: Sequence[Document],
+    teacher: Embed,
+    config: TrainConfig,
+    timings: Timings,
+) -> tuple[list[Example], list[Example]]:
+    """(stage-1, stage-2 examples) with mined negatives; refuses a stage 2 with none at all."""
+    started = time.perf_counter()
+    first = with_negatives(examples, pool, teacher, config)
+    second = first if stage2 is None else with_negatives(stage2, pool, teacher, config)
+    timings.mining = time.perf_counter() - started
+    if config.stage2_steps > 0 and not any(e.negatives for e in second):
+        raise UsageError(
+            "stage 2 needs hard negatives (it has no in-batch negatives): set negatives > 0, "
+            "give a larger mining pool, or stage2_steps=0"
+        )
+    return first, second
 
 
 def with_negatives(

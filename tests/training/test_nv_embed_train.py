@@ -38,6 +38,7 @@ from docsearch.training.nv_embed_train import (
     mine_negatives,
     own_negatives_loss,
     positive_aware_negatives,
+    stage2_loss,
     train_nv_embed,
 )
 
@@ -121,6 +122,15 @@ def test_stage2_loss_uses_only_the_rows_own_negatives() -> None:
     torch.testing.assert_close(loss, torch.stack(manual).mean())
     in_batch = mnrl(q, p, negatives.reshape(-1, 8), scale=20.0)
     assert not math.isclose(float(loss), float(in_batch), rel_tol=1e-3)
+
+
+def test_stage2_batch_without_negatives_contributes_nothing() -> None:
+    def embed(texts, instruction):  # type: ignore[no-untyped-def]
+        return torch.nn.functional.normalize(torch.randn(len(texts), 4, requires_grad=True), dim=-1)
+
+    batch = [Example("q1", "A", "a"), Example("q2", "B", "b")]
+    loss = stage2_loss(embed, batch, TrainConfig())
+    assert float(loss) == 0.0 and loss.requires_grad
 
 
 def test_stage1_negatives_drop_batch_positives_and_repeats() -> None:
