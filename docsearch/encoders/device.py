@@ -1,0 +1,265 @@
+"""Where an encoder runs and in which precision: device, dtype and attention kernel choice.
+
+`resolve_device(None)` gives "cuda" when torch sees a GPU, else "cpu"; an explicit "cuda" on a
+machine without one fails with one line (`EncoderUnavailableError`), never with a CUDA traceback
+from deep inside torch. `resolve_dtype` gives bf16 on GPUs that run it and on CPUs with native
+bf16 matmul (AVX512-BF16, AMX, Arm BF16), fp32 otherwise. `resolve_attention` picks
+flash-attention 2 only where CUDA, an Ampere-or-newer GPU and the `flash-attn` package are all
+present (an optional extra), SDPA otherwise; encoders that need an additive mask bias (KV-Embedding)
+pass `allow_flash=False` and keep SDPA. `require` checks what a user asked for before any model
+is loaded, so the CLI can fail in one line.
+
+An encoder adopts this with one call in its constructor:
+    self.device, self.torch_dtype, attn = choose(device, dtype, attn)
+
+Not here: batching under a token budget (`pipeline.token_batches`, `decoder_common`), model
+loading, multi-GPU placement (one encoder per GPU: the Ray engine gives each actor its own GPU).
+torch is imported inside the functions so that the CLI can import this module cheaply.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from docsearch.errors import EncoderUnavailableError, UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+FLASH_ATTENTION = "flash_attention_2"  # transformers' attn_implementation name
+ATTENTION_NAMES = {
+    "auto": "auto",
+    "sdpa": "sdpa",
+    "eager": "eager",
+    "flash": FLASH_ATTENTION,
+    "flash-attn": FLASH_ATTENTION,
+    "flash_attn": FLASH_ATTENTION,
+    "flash_attention_2": FLASH_ATTENTION,
+}
+DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "float16": "float16",
+    "fp32": "float32",
+    "float": "float32",
+    "float32": "float32",
+    "fp64": "float64",
+    "float64": "float64",
+}
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+_MIN_FLASH_CAPABILITY = (8, 0)  # flash-attn 2 kernels exist for Ampere and newer
+
+
+# ---------------------------------------------------------------------------------------------
+# What this machine has
+
+
+@lru_cache(maxsize=1)
+def cpu_has_fast_bf16() -> bool:
+    """True when the CPU has native bf16 matmul (x86 AVX512-BF16 or AMX, Arm BF16)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("flags", "Features"))]
+    except OSError:  # not Linux: no cheap way to tell, fp32 is the safe answer
+        return False
+    words = {word for line in lines for word in line.split(":", 1)[-1].split()}
+    return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def flash_attn_installed() -> bool:
+    """The `flash-attn` package is importable (it is not imported here: that is slow)."""
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def _capability(device: str) -> tuple[int, int]:
+    import torch
+
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    major, minor = torch.cuda.get_device_capability(index)
+    return int(major), int(minor)
+
+
+def flash_attn_available(device: str = "cuda") -> bool:
+    """flash-attention 2 can run on `device`: CUDA present, Ampere or newer, package installed."""
+    if not device.startswith("cuda") or not cuda_available() or not flash_attn_installed():
+        return False
+    return _capability(device) >= _MIN_FLASH_CAPABILITY
+
+
+def _torch_build() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks that fail in one line
+
+
+def _check_device_name(requested: str) -> str:
+    name = requested.strip().lower()
+    if not _DEVICE.match(name):
+        raise UsageError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:N")
+    return name
+
+
+def require(
+    device: str | None = None, *, flash_attn: bool = False, dtype: str | None = None
+) -> None:
+    """Raise `EncoderUnavailableError` (one line) if this machine cannot do what was asked.
+
+    `device`: "cuda"/"cuda:N" needs a visible GPU (with that index); `flash_attn`: needs CUDA, an
+    Ampere-or-newer GPU and the package, and a 16-bit dtype. Call it before loading any model.
+    """
+    name = _check_device_name(device) if device else "auto"
+    if name.startswith("cuda"):
+        _require_cuda(name, f"--device {name}")
+    if name == "mps":
+        _require_mps()
+    if flash_attn:
+        _require_flash(name, dtype)
+
+
+def _require_cuda(device: str, what: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise EncoderUnavailableError(
+            f"{what} needs a CUDA GPU, but torch {_torch_build()} sees none on this machine; "
+            "leave --device out (or use --device cpu) to run on the CPU"
+        )
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise EncoderUnavailableError(
+            f"{what}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+            f"numbered from 0; pick one of them"
+        )
+
+
+def _require_mps() -> None:
+    import torch
+
+    if not torch.backends.mps.is_available():
+        raise EncoderUnavailableError(
+            "--device mps needs an Apple-silicon GPU, which this machine does not have; "
+            "leave --device out to run on the CPU"
+        )
+
+
+def _require_flash(device: str, dtype: str | None) -> None:
+    target = "cuda" if device == "auto" else device
+    if not target.startswith("cuda") or not cuda_available():
+        raise EncoderUnavailableError(
+            "flash-attn needs a CUDA GPU, and this run is on the CPU; use the default "
+            "attention (sdpa) instead"
+        )
+    _require_cuda(target, "flash-attn")
+    if not flash_attn_installed():
+        raise EncoderUnavailableError(
+            "flash-attn is not installed; `pip install 'docsearch[gpu]'` (flash-attn) on the "
+            "GPU machine, or use the default attention (sdpa)"
+        )
+    major, minor = _capability(target)
+    if (major, minor) < _MIN_FLASH_CAPABILITY:
+        raise EncoderUnavailableError(
+            f"flash-attn 2 needs an Ampere or newer GPU (compute capability 8.0+), this one "
+            f"is {major}.{minor}; use the default attention (sdpa)"
+        )
+    if dtype and DTYPE_ALIASES.get(dtype.lower()) in ("float32", "float64"):
+        raise EncoderUnavailableError(
+            f"flash-attn runs in bfloat16 or float16 only, not {dtype}; drop the dtype "
+            "option (bf16 is the GPU default) or use sdpa"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Choices
+
+
+def resolve_device(requested: str | None = None) -> str:
+    """ "cuda" when a GPU is visible, else "cpu"; an explicit device is checked, then returned."""
+    name = _check_device_name(requested) if requested else "auto"
+    if name == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    require(name)
+    return name
+
+
+def dtype_name(requested: str | None) -> str:
+    """The canonical name of a dtype option ("bf16" -> "bfloat16"); "auto" stays "auto"."""
+    if requested is None or requested.lower() == "auto":
+        return "auto"
+    name = DTYPE_ALIASES.get(requested.lower())
+    if name is None:
+        raise UsageError(
+            f"unknown dtype {requested!r}; use auto, bfloat16, float16, float32 or float64"
+        )
+    return name
+
+
+def resolve_dtype(device: str, requested: str | None = None) -> torch.dtype:
+    """The compute dtype: "auto" -> bf16 on GPUs and CPUs that run it natively, else fp32."""
+    import torch
+
+    name = dtype_name(requested)
+    if name == "auto":
+        if device.startswith("cuda"):
+            fast = cuda_available() and torch.cuda.is_bf16_supported()
+        else:
+            fast = device == "cpu" and cpu_has_fast_bf16()
+        name = "bfloat16" if fast else "float32"
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
+
+
+def resolve_attention(
+    device: str, requested: str | None = None, *, allow_flash: bool = True, dtype: Any = None
+) -> str:
+    """transformers' `attn_implementation`: flash-attention 2 where it can run, else "sdpa".
+
+    `allow_flash=False` is for encoders whose attention adds a bias that flash kernels cannot
+    take (KV-Embedding's prefix bias): "auto" gives SDPA there and an explicit "flash" is refused.
+    """
+    name = ATTENTION_NAMES.get((requested or "auto").lower())
+    if name is None:
+        raise UsageError(f"unknown attention {requested!r}; use auto, sdpa, eager or flash")
+    if name == FLASH_ATTENTION and not allow_flash:
+        raise UsageError(
+            "this encoder adds a bias to its attention scores, which flash-attn kernels "
+            "cannot take; use sdpa (the default) or eager"
+        )
+    if name == "auto":
+        sixteen_bit = dtype is None or str(dtype).endswith(("bfloat16", "float16"))
+        use_flash = allow_flash and sixteen_bit and flash_attn_available(device)
+        return FLASH_ATTENTION if use_flash else "sdpa"
+    if name == FLASH_ATTENTION:
+        require(device, flash_attn=True, dtype=str(dtype).rsplit(".", 1)[-1] if dtype else None)
+    return name
+
+
+def choose(
+    device: str | None = None,
+    dtype: str | None = None,
+    attn: str | None = None,
+    *,
+    allow_flash: bool = True,
+) -> tuple[str, torch.dtype, str]:
+    """(device, torch dtype, attn_implementation) in one call, for encoder constructors."""
+    where = resolve_device(device)
+    torch_dtype = resolve_dtype(where, dtype)
+    return (
+        where,
+        torch_dtype,
+        resolve_attention(where, attn, allow_flash=allow_flash, dtype=torch_dtype),
+    )

@@ -1,0 +1,84 @@
+"""Helpers that compare two collections built by different engines, and edit a corpus."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from docsearch.indexer.store import Store
+from docsearch.retriever import Retriever
+from tests.helpers import make_pdf
+
+QUERIES = [
+    "termination for cause",
+    "confidential information survives",
+    "blood pressure measurement",
+    "infusion pump occlusion alarm",
+    "7.2(a)",
+    "llamas",
+]
+
+
+def chunks(db: str, name: str = "c") -> dict[str, dict[str, Any]]:
+    store = Store.open(db, name)
+    return {row["id"]: row for row in store.rows("ordinal >= 0")}
+
+
+def files(db: str, name: str = "c") -> dict[str, dict[str, Any]]:
+    records = Store.open(db, name).file_records()
+    return {path: {**r.__dict__, "indexed_at": 0.0} for path, r in records.items()}
+
+
+def assert_same_chunks(db_a: str, db_b: str, atol: float = 1e-6) -> int:
+    """Same chunk ids, same columns, vectors within `atol`; returns the number of chunks."""
+    a, b = chunks(db_a), chunks(db_b)
+    assert sorted(a) == sorted(b)
+    for chunk_id, row in a.items():
+        other = dict(b[chunk_id])
+        if "vector" in row:
+            mine, theirs = np.asarray(row["vector"]), np.asarray(other.pop("vector"))
+            assert np.allclose(mine, theirs, atol=atol), chunk_id
+        assert {k: v for k, v in row.items() if k != "vector"} == other
+    return len(a)
+
+
+def search_results(db: str, modes: tuple[str, ...]) -> dict[tuple[str, str], list[tuple]]:
+    retriever = Retriever("c", db=db)
+    out = {}
+    for mode in modes:
+        for query in QUERIES:
+            hits = retriever.search(query, k=8, mode=mode, granularity="passage")
+            out[(mode, query)] = [(h.chunk_id, round(h.score, 5)) for h in hits]
+    return out
+
+
+def assert_same_search(
+    db_a: str, db_b: str, modes: tuple[str, ...] = ("lexical", "vector", "hybrid")
+) -> None:
+    a, b = search_results(db_a, modes), search_results(db_b, modes)
+    assert a == b
+    assert any(a.values())  # the queries found something
+
+
+def same_counts(report_a: Any, report_b: Any) -> bool:
+    """Two IndexReports agree on everything but timing."""
+    keys = [k for k in report_a.__dict__ if k != "seconds"]
+    return all(getattr(report_a, k) == getattr(report_b, k) for k in keys)
+
+
+def edit_corpus(root: Path) -> None:
+    """One of each: changed, renamed, deleted, new, touched (same bytes), and a failing file."""
+    nda = root / "contracts" / "mutual-nda-initech.md"
+    nda.write_text(nda.read_text() + "\n\n## 12. Llamas\n\nNo llamas may be disclosed.\n")
+    (root / "manuals" / "x200-infusion-pump-service-manual.txt").rename(
+        root / "manuals" / "pump.txt"
+    )
+    (root / "clinical" / "hypertension-guideline.html").unlink()
+    make_pdf(root / "new.pdf", ["Llamas graze on page one.", "Page two: alpacas."])
+    (root / "broken.pdf").write_bytes(b"%PDF-1.7\n garbage")
+    later = time.time() + 60
+    os.utime(root / "contracts" / "acme-globex-msa.pdf", (later, later))

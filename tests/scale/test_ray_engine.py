@@ -1,0 +1,219 @@
+"""The Ray engine builds the same collection as the local engine.
+
+Fast tests run the engine's stages in this process (no cluster): extraction as `_index_one`
+classifies it, the embedding actor's `process`, the single commit. Slow tests run the real thing
+on a local Ray cluster (a head and two worker nodes, see conftest.py), with the hashing fake
+encoder and with the real sentence-transformers model, including a second, incremental run.
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from docsearch.errors import UsageError
+from docsearch.indexer.collection import prepare
+from docsearch.indexer.pipeline import IndexReport, index_folder, plan, walk
+from docsearch.indexer.store import Store
+from tests.helpers import SAMPLES
+from tests.scale.equality import (
+    assert_same_chunks,
+    assert_same_search,
+    edit_corpus,
+    files,
+    same_counts,
+)
+
+ray_engine = pytest.importorskip("docsearch.indexer.ray_engine")
+pytest.importorskip("lance_ray")
+
+HASHING = {"encoder_name": "hashing", "options": {"max_tokens": 64}}
+# IVF_FLAT with 2 partitions trains on the sample corpus's ~70 rows and, probed fully, returns
+# exactly what brute force does: it exercises the distributed vector-index path in the tests.
+SMALL_VECTOR_INDEX = {
+    "index_type": "IVF_FLAT",
+    "metric": "cosine",
+    "num_partitions": 2,
+    "sample_rate": 8,
+}
+
+
+def open_store(db: str, encoder: dict[str, Any] = HASHING) -> Store:
+    kwargs = {"default_encoder": "hashing", "cap": None, "overlap": 0, **encoder}
+    return prepare(db, "c", **kwargs).store
+
+
+def run_local(root: Path, db: str, encoder: dict[str, Any] = HASHING) -> IndexReport:
+    prepared = prepare(db, "c", default_encoder="hashing", cap=None, overlap=0, **encoder)
+    return index_folder(root, prepared.store, prepared.encoder, prepared.chunker)
+
+
+def run_inline(root: Path, db: str, files_per_batch: int = 2, refresh: bool = True) -> IndexReport:
+    """The Ray engine's stages 1-4 in this process, in the order Ray would run them."""
+    store = open_store(db)
+    records = store.file_records()
+    work = plan(walk(root), records, root)
+    deleted_shas = frozenset(records[p].sha256 for p in work.deleted)
+    outcomes = [
+        pickle.loads(ray_engine.extract_file(row, deleted_shas)["payload"])
+        for row in ray_engine.task_rows(work, records)
+    ]
+    worker = ray_engine.EmbedWorker(store.db.uri, "c", store.meta.encoder, store.meta.chunker)
+    report = IndexReport(unchanged=work.unchanged)
+    updates, fragments = [], []
+    for start in range(0, len(outcomes), files_per_batch):
+        result = worker.process(outcomes[start : start + files_per_batch])
+        ray_engine.merge_reports(report, result.report)
+        updates += result.updates
+        fragments += result.fragments
+    ray_engine.commit_run(store, updates, fragments, work.deleted)
+    report.deleted = len(work.deleted) - report.renamed
+    if refresh:
+        store.refresh_indexes()
+    return report
+
+
+def run_ray(root: Path, db: str, encoder: dict[str, Any] = HASHING, **kw: Any) -> IndexReport:
+    store = open_store(db, encoder)
+    return ray_engine.index_folder_ray(
+        root, store, store.meta.encoder, store.meta.chunker, workers=2, **kw
+    )
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(SAMPLES, tmp_path / "docs"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast: the stages without a cluster
+
+
+def test_stages_build_the_local_engines_collection_then_follow_edits(
+    corpus: Path, tmp_path: Path
+) -> None:
+    local, inline = str(tmp_path / "local"), str(tmp_path / "inline")
+    first = run_local(corpus, local), run_inline(corpus, inline)
+    assert same_counts(*first) and first[0].new == 5
+    assert assert_same_chunks(local, inline) == first[0].chunks_written > 5
+    assert files(local) == files(inline)
+    edit_corpus(corpus)
+    second = run_local(corpus, local), run_inline(corpus, inline)
+    assert same_counts(*second)
+    r = second[1]
+    assert (r.new, r.changed, r.renamed, r.touched, r.deleted, len(r.failed)) == (1, 1, 1, 1, 1, 1)
+    assert 0 < r.chunks_embedded < r.chunks_written  # renamed and unchanged chunks were reused
+    assert_same_chunks(local, inline)
+    assert files(local) == files(inline)
+    assert_same_search(local, inline, modes=("lexical", "vector"))
+
+
+def test_a_run_commits_the_chunks_once(corpus: Path, tmp_path: Path) -> None:
+    db = str(tmp_path / "db")
+    run_inline(corpus, db)
+    before = Store.open(db, "c").chunks.version
+    nda = corpus / "contracts" / "mutual-nda-initech.md"
+    nda.write_text("# Short\n\nOnly this line is left.\n")
+    (corpus / "clinical" / "hypertension-guideline.html").unlink()
+    (corpus / "new.md").write_text("# New\n\nA new file.\n")
+    report = run_inline(corpus, db, files_per_batch=1, refresh=False)
+    assert (report.new, report.changed, report.deleted) == (1, 1, 1)
+    store = Store.open(db, "c")
+    assert store.chunks.version == before + 1  # new rows in and old rows out: one version
+    assert [r["text"] for r in store.rows(f"path = '{nda}'")] == [
+        "# Short\n\nOnly this line is left."
+    ]
+    assert store.count_chunks("path LIKE '%hypertension%'") == 0
+
+
+def test_placement_one_actor_per_gpu_or_cpu_workers_that_leave_room() -> None:
+    gpu = ray_engine.placement({"CPU": 32, "GPU": 4}, None)
+    assert (gpu.workers, gpu.num_gpus, gpu.num_cpus) == (4, 1.0, 1.0)
+    shared = ray_engine.placement({"CPU": 32, "GPU": 2}, 4)
+    assert shared.num_gpus == 0.5
+    cpu = ray_engine.placement({"CPU": 2}, 2)
+    assert cpu.workers == 2 and cpu.num_cpus + ray_engine.EXTRACT_CPUS <= 1.0  # fits a 1-CPU node
+    assert ray_engine.placement({"CPU": 16}, None).workers == 8
+    with pytest.raises(UsageError):
+        ray_engine.placement({"CPU": 4}, 0)
+
+
+def test_fts_options_match_the_local_index() -> None:
+    options = ray_engine.fts_options()
+    assert options["with_position"] is True and options["stem"] is True
+    assert options["base_tokenizer"] == "simple" and options["language"] == "English"
+
+
+def test_unchanged_folder_needs_no_cluster(corpus: Path, tmp_path: Path) -> None:
+    db = str(tmp_path / "db")
+    run_inline(corpus, db)
+    store = open_store(db)
+    report = ray_engine.index_folder_ray(
+        corpus, store, store.meta.encoder, store.meta.chunker, address="ray://nowhere:1"
+    )
+    assert report.unchanged == 5 and report.chunks_written == 0
+
+
+def test_missing_folder_is_a_usage_error(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "db"))
+    with pytest.raises(UsageError, match="no such file"):
+        ray_engine.index_folder_ray(tmp_path / "nope", store, None, store.meta.chunker)
+
+
+def test_worker_errors_surface_as_the_domain_error() -> None:
+    from docsearch.errors import EncoderUnavailableError
+
+    inner = EncoderUnavailableError("weights missing; run `docsearch models pull`")
+    try:
+        try:
+            raise inner
+        except EncoderUnavailableError as exc:
+            raise RuntimeError("Ray task failed") from exc
+    except RuntimeError as wrapped:
+        assert ray_engine._domain_error(wrapped) is inner
+    assert ray_engine._domain_error(RuntimeError("plain")) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Slow: a real Ray cluster
+
+
+@pytest.mark.slow
+def test_ray_cluster_builds_the_local_engines_collection(
+    ray_cluster: Any, corpus: Path, tmp_path: Path
+) -> None:
+    local, distributed = str(tmp_path / "local"), str(tmp_path / "ray")
+    vector = {"vector_index_min_rows": 1, "vector_index": SMALL_VECTOR_INDEX}
+    first = run_local(corpus, local), run_ray(corpus, distributed, **vector)
+    assert same_counts(*first) and first[1].new == 5
+    assert assert_same_chunks(local, distributed) == first[1].chunks_written
+    assert files(local) == files(distributed)
+    names = {cfg.name for cfg in Store.open(distributed, "c").chunks.list_indices()}
+    assert {"text_idx", "path_idx", "text_sha_idx", "vector_idx"} <= names
+    assert_same_search(local, distributed)
+
+    edit_corpus(corpus)
+    second = run_local(corpus, local), run_ray(corpus, distributed, **vector)
+    assert same_counts(*second)
+    assert (second[1].changed, second[1].renamed, second[1].deleted) == (1, 1, 1)
+    assert_same_chunks(local, distributed)
+    assert files(local) == files(distributed)
+    assert_same_search(local, distributed)
+    health = Store.open(distributed, "c").index_health()
+    assert health["fts_unindexed_rows"] == 0
+
+
+@pytest.mark.slow
+def test_ray_cluster_with_sentence_transformers(
+    ray_cluster: Any, corpus: Path, tmp_path: Path
+) -> None:
+    minilm = {"encoder_name": "sentence-transformers", "options": {}}
+    local, distributed = str(tmp_path / "local"), str(tmp_path / "ray")
+    first = run_local(corpus, local, minilm), run_ray(corpus, distributed, minilm)
+    assert same_counts(*first)
+    assert assert_same_chunks(local, distributed, atol=1e-5) == first[1].chunks_written
+    assert_same_search(local, distributed)
