@@ -53,16 +53,19 @@ from docsearch.indexer.pipeline import (
     plan,
     walk,
 )
-from docsearch.indexer.store import FileRecord, FileUpdate, Store, connect, sql_in
+from docsearch.indexer.store import (
+    VECTOR_INDEX_MIN_ROWS,
+    FileRecord,
+    FileUpdate,
+    Store,
+    sql_in,
+    table_uri,
+)
 
 log = logging.getLogger(__name__)
 
 EXTRACT_CPUS = 0.25  # per read+extract task: mostly I/O and pure-Python parsing
 MAX_FILES_PER_BATCH = 64  # files per actor call (one Lance fragment each)
-VECTOR_INDEX_MIN_ROWS = 100_000  # below this, exact (brute-force) vector search is fast enough
-# lance-ray's defaults (sqrt(rows) IVF partitions, 256 samples each, 8-bit PQ) need >= 65,536
-# rows, which VECTOR_INDEX_MIN_ROWS guarantees.
-VECTOR_INDEX_OPTIONS: dict[str, Any] = {"index_type": "IVF_PQ", "metric": "cosine"}
 FORWARDED_ENV = ("DOCSEARCH_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "AWS_", "AZURE_", "GOOGLE_")
 FTS_INDEX, PATH_INDEX, SHA_INDEX, VECTOR_INDEX = (
     "text_idx",
@@ -196,16 +199,17 @@ class EmbedWorker:
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         runtime: dict[str, Any] | None = None,
     ) -> None:
+        import lance
         from lance_ray import LanceFragmentWriter
 
-        self.store = Store(connect(db_uri), name)
+        self.store = Store(None, name, uri=db_uri)  # reads only: vectors to reuse
         self.encoder: Encoder | None = (
             encoder_from_spec(encoder_spec, **(runtime or {})) if encoder_spec else None
         )
         self.chunker = make_chunker(self.encoder, ChunkerSettings(**chunker_settings))
         self.token_budget = token_budget
-        dataset = self.store.chunks.to_lance()
-        self.schema = self.store.chunks.schema
+        dataset = lance.dataset(table_uri(db_uri, f"{name}__chunks"))
+        self.schema = dataset.schema
         self.writer = LanceFragmentWriter(
             dataset.uri, schema=self.schema, data_storage_version=dataset.data_storage_version
         )
@@ -283,12 +287,14 @@ def commit_chunks(store: Store, new_fragments: list[Any], gone_paths: Sequence[s
     """Add `new_fragments` and delete every older row whose path is in `gone_paths`, atomically."""
     import lance
 
-    dataset = store.chunks.to_lance()
+    dataset = lance.dataset(table_uri(store.uri, f"{store.name}__chunks"))
     removed, updated = [], []
     if gone_paths:
         where = sql_in("path", gone_paths)
         for fragment_id in _fragments_matching(dataset, where):
-            kept = dataset.get_fragment(fragment_id).delete(where)
+            fragment = dataset.get_fragment(fragment_id)
+            assert fragment is not None  # the id came from this dataset version
+            kept = fragment.delete(where)
             if kept is None:
                 removed.append(fragment_id)
             else:
@@ -325,6 +331,14 @@ def needs_index_build(store: Store) -> bool:
     """The table has rows but no full-text index yet (a first run, or one that crashed)."""
     names = {cfg.name for cfg in store.chunks.list_indices()}
     return FTS_INDEX not in names and store.count_chunks() > 0
+
+
+def vector_index_options(rows: int) -> dict[str, Any]:
+    """The vector index `Store.refresh_indexes` builds (IVF_FLAT, cosine, about 2 x sqrt(rows)
+    rows per partition), for lance-ray's distributed builder (256 samples per partition: fine
+    from `VECTOR_INDEX_MIN_ROWS` up)."""
+    partitions = max(16, int(rows**0.5) // 2)  # as Store._create_vector_index
+    return {"index_type": "IVF_FLAT", "metric": "cosine", "num_partitions": partitions}
 
 
 def _distributed_scalar_indexes(dataset: Any, workers: int, remote: dict[str, float]) -> None:
@@ -364,8 +378,8 @@ def build_indexes(
     index is then built by `Store.refresh_indexes` on the driver, because lance-ray's distributed
     INVERTED build (pylance 14, lance-ray 0.5) gives BM25 scores up to ~1% off a single build
     on the sample corpus, which reorders near ties; `distributed_fts=True` takes that trade for
-    very large tables. A vector index (lance-ray, distributed) once the table has
-    `vector_index_min_rows` rows. Later runs: `Store.refresh_indexes` (incremental `optimize`).
+    very large tables. The vector index `Store.refresh_indexes` would build, with lance-ray's
+    distributed builder, once the table has `vector_index_min_rows` rows. Later runs: `Store.refresh_indexes` (incremental `optimize`).
     """
     import lance
     import lance_ray
@@ -375,14 +389,14 @@ def build_indexes(
         return
     names = {cfg.name for cfg in store.chunks.list_indices()}
     remote = {"num_cpus": EXTRACT_CPUS}
-    uri = store.chunks.to_lance().uri
+    uri = table_uri(store.uri, f"{store.name}__chunks")
     if FTS_INDEX not in names:
         lance_ray.compact_files(uri, num_workers=workers, ray_remote_args=remote)
         if distributed_fts:
             _distributed_scalar_indexes(lance.dataset(uri), workers, remote)
         store.chunks.checkout_latest()
     if store.has_vectors and rows >= vector_index_min_rows and VECTOR_INDEX not in names:
-        options = vector_index or VECTOR_INDEX_OPTIONS
+        options = vector_index or vector_index_options(rows)
         lance_ray.create_index(
             uri,
             column="vector",
@@ -560,7 +574,7 @@ def index_folder_ray(
         where = placement(ray.cluster_resources(), workers, cpus_per_worker)
         if rows:
             args = {
-                "db_uri": store.db.uri,
+                "db_uri": store.uri,
                 "name": store.name,
                 "encoder_spec": encoder_spec,
                 "chunker_settings": settings,
