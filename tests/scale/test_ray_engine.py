@@ -52,9 +52,15 @@ def run_local(root: Path, db: str, encoder: dict[str, Any] = HASHING) -> IndexRe
     return index_folder(root, prepared.store, prepared.encoder, prepared.chunker)
 
 
-def run_inline(root: Path, db: str, files_per_batch: int = 2, refresh: bool = True) -> IndexReport:
+def run_inline(
+    root: Path,
+    db: str,
+    files_per_batch: int = 2,
+    refresh: bool = True,
+    encoder: dict[str, Any] = HASHING,
+) -> IndexReport:
     """The Ray engine's stages 1-4 in this process, in the order Ray would run them."""
-    store = open_store(db)
+    store = open_store(db, encoder)
     records = store.file_records()
     work = plan(walk(root), records, root)
     deleted_shas = frozenset(records[p].sha256 for p in work.deleted)
@@ -110,6 +116,15 @@ def test_stages_build_the_local_engines_collection_then_follow_edits(
     assert_same_chunks(local, inline)
     assert files(local) == files(inline)
     assert_same_search(local, inline, modes=("lexical", "vector"))
+
+
+def test_lexical_only_collection(corpus: Path, tmp_path: Path) -> None:
+    lexical = {"encoder_name": "none", "options": {}}
+    local, inline = str(tmp_path / "local"), str(tmp_path / "inline")
+    reports = run_local(corpus, local, lexical), run_inline(corpus, inline, encoder=lexical)
+    assert same_counts(*reports) and reports[1].chunks_embedded == 0
+    assert assert_same_chunks(local, inline) == reports[1].chunks_written
+    assert_same_search(local, inline, modes=("lexical",))
 
 
 def test_a_run_commits_the_chunks_once(corpus: Path, tmp_path: Path) -> None:
