@@ -119,22 +119,27 @@ def summary(values: list[float]) -> dict[str, float]:
             "mean": statistics.fmean(values), "min": ordered[0], "max": ordered[-1]}  # fmt: skip
 
 
-def run_mode(page: Any, collection: str, mode: str, rounds: int) -> dict[str, Any]:
-    choose(page, collection, mode)
-    for query in QUERIES[:2]:  # warm-up: first-use imports, caches
-        timed_search(page, query)
-    browser, server = [], []
+def run_modes(page: Any, plan: list[tuple[str, str]], rounds: int) -> list[dict[str, Any]]:
+    """Each round runs every mode in turn, so load drift on a shared machine hits all alike."""
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in plan}
+    for key in plan:  # warm-up: first-use imports, the encoder, caches
+        choose(page, *key)
+        for query in QUERIES[:2]:
+            timed_search(page, query)
     for _ in range(rounds):
-        for query in QUERIES:
-            b, s, _ = timed_search(page, query)
-            browser.append(b)
-            server.append(s)
-    timed_search(page, "termination for cause")
-    previews = [time_preview(page) for _ in range(3)]
-    return {"collection": collection, "mode": mode, "browser_ms": summary(browser),
-            "server_ms": summary(server), "overhead_ms_p50": statistics.median(
-                [b - s for b, s in zip(browser, server, strict=True)]),
-            "pdf_preview_ms": summary(previews)}  # fmt: skip
+        for key in plan:
+            choose(page, *key)
+            samples[key] += [timed_search(page, query)[:2] for query in QUERIES]
+    runs = []
+    for key in plan:
+        choose(page, *key)
+        timed_search(page, "termination for cause")
+        previews = [time_preview(page) for _ in range(3)]
+        browser, server = [b for b, _ in samples[key]], [s for _, s in samples[key]]
+        runs.append({"collection": key[0], "mode": key[1], "browser_ms": summary(browser),
+                     "server_ms": summary(server), "overhead_ms_p50": statistics.median(
+                         [b - s for b, s in samples[key]]), "pdf_preview_ms": summary(previews)})  # fmt: skip
+    return runs
 
 
 def environment() -> dict[str, Any]:
@@ -153,10 +158,11 @@ def markdown(report: dict[str, Any]) -> str:
         "# UI search latency (browser: Enter -> results painted)", "",
         f"- date: {env['date']}; command: `{report['command']}`",
         f"- machine: {env['cpu']}, {env['cores']} cores shared with other jobs "
-        f"(1-min load {env['load_avg_1m']:.1f} at start); Python {env['python']}, gradio {env['gradio']}; "
+        f"(1-min load {env['load_avg_1m']:.1f} at start, {report['load_avg_1m_end']:.1f} at end); Python {env['python']}, gradio {env['gradio']}; "
         f"headless Chromium {report['chromium']}",
         f"- corpus: the bundled samples ({report['indexes'][0]['files']} documents); "
-        f"{len(QUERIES)} queries x {report['rounds']} rounds per mode after 2 warm-up queries", "",
+        f"{len(QUERIES)} queries x {report['rounds']} rounds per mode (modes interleaved by "
+        "round) after 2 warm-up queries each", "",
         "| collection | mode | browser p50 ms | browser p95 ms | server p50 ms | overhead p50 ms "
         "| PDF preview p50 ms |",
         "|---|---|---|---|---|---|---|",
@@ -202,9 +208,10 @@ def main() -> None:
         report["chromium"] = browser.version
         page = open_ui(browser, url)
         page.evaluate(TIMER_JS)
-        report["runs"] = [run_mode(page, c, m, args.rounds) for c, m in plan]
+        report["runs"] = run_modes(page, plan, args.rounds)
         screenshot(page, *(plan[1] if len(plan) > 1 else plan[0]))
         browser.close()
+    report["load_avg_1m_end"] = os.getloadavg()[0]
     runs = {(r["collection"], r["mode"]): r for r in report["runs"]}
     if ("samples-st", "hybrid") in runs:
         ratio = (
