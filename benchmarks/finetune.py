@@ -140,12 +140,40 @@ def run_loss(
     return record
 
 
+PER_QUERY = "per_query_ndcg@10"
+
+
+def strip(metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Metrics without the per-query scores (kept out of the results file)."""
+    if metrics is None:
+        return None
+    return {mode: {k: v for k, v in m.items() if k != PER_QUERY} for mode, m in metrics.items()}
+
+
+def paired(before: dict[str, float], after: dict[str, float], seed: int = 0) -> dict[str, Any]:
+    """Queries better / worse / equal after training, and a bootstrap 95% CI of the mean change."""
+    diffs = [after[q] - before[q] for q in before if q in after]
+    rng = random.Random(seed)
+    means = sorted(
+        sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(1000)
+    )  # fmt: skip
+    return {
+        "better": sum(d > 1e-9 for d in diffs), "worse": sum(d < -1e-9 for d in diffs),
+        "same": sum(abs(d) <= 1e-9 for d in diffs),
+        "mean_change": sum(diffs) / len(diffs), "ci95": [means[25], means[974]],
+    }  # fmt: skip
+
+
 def summarise(record: dict[str, Any]) -> dict[str, Any]:
     keep = ("loss", "steps", "planned_steps", "stopped", "seconds", "wall_seconds", "command")
     out = {k: record.get(k) for k in keep}
     out["settings"] = record["settings"]
     out["data"] = record["data"]
-    out["after"] = record["evaluation"]["after"]
+    before, after = record["evaluation"]["before"], record["evaluation"]["after"]
+    out["after"] = strip(after)
+    out["paired"] = {
+        mode: paired(before[mode][PER_QUERY], after[mode][PER_QUERY]) for mode in after
+    }
     out["loss_first_last"] = [record["losses"][:3], record["losses"][-3:]]
     return out
 
@@ -218,7 +246,7 @@ def run_dataset(
         "dataset": args.dataset,
         "eval_set": f"{rset.name}: {len(rset.queries)} queries, {len(rset.corpus)} documents; "
         + "; ".join(rset.notes),
-        "before": before,
+        "before": strip(before),
         "runs": runs,
         "total_seconds": round(time.perf_counter() - started, 1),
         "threads": torch.get_num_threads(),
@@ -256,17 +284,23 @@ def render(results: dict[str, Any]) -> str:
         "seeded CPU-sized samples. `vector` is the dense leg alone, `hybrid` the default search.",
         "Each loss trained on the same pairs and negatives for the same training-time budget.",
         "",
-        "| dataset | loss | steps | train s | vector before | vector after | hybrid before | "
-        "hybrid after |",
-        "|---|---|---|---|---|---|---|---|",
+        "Queries better/worse: per-query nDCG@10 after vs before; CI: paired bootstrap 95% interval",
+        "of the mean change.",
+        "",
+        "| dataset | loss | steps | train s | vector before | vector after | better/worse | "
+        "CI | hybrid before | hybrid after | better/worse | CI |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, entry in results.items():
         for run in entry["runs"]:
-            lines.append(
-                f"| {name} | {run['loss']} | {run['steps']} | {run['seconds']:.0f} | "
-                f"{_cell(entry['before'], 'vector')} | {_cell(run['after'], 'vector')} | "
-                f"{_cell(entry['before'], 'hybrid')} | {_cell(run['after'], 'hybrid')} |"
-            )
+            cells = [name, run["loss"], str(run["steps"]), f"{run['seconds']:.0f}"]
+            for mode in ("vector", "hybrid"):
+                p = run["paired"][mode]
+                cells += [
+                    _cell(entry["before"], mode), _cell(run["after"], mode),
+                    f"{p['better']}/{p['worse']}", f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]",
+                ]  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
     for name, entry in results.items():
         lines += ["", f"## {name}", "", f"- evaluation: {entry['eval_set']}"]
         lines += [f"- command: `{entry['command']}`", f"- {entry['hardware']}, "

@@ -7,8 +7,8 @@ they come from, and a pool of passages that negatives are drawn from):
     and SciFact's `train/`); a relevant document longer than the encoder's window is cut with the
     indexer's chunker, and its window that matches the query best (BM25) is the positive;
 (c) documents without labels (a folder, or an indexed collection): pseudo-queries from headings
-    and titles to the section they open, and sentences to the window around them (the sentence
-    cut out, so the pair is not a plain string match: the inverse cloze task).
+    and titles to the section they open, and sentences to the window around them with the
+    sentence cut out (`docsearch.training.pseudo`).
 Negatives are passages of other documents, drawn at random and mined with the current encoder,
 keeping only candidates scoring below 0.95 x the positive (NV-Retriever's positive-aware rule:
 what scores as high as the positive is likely an unlabelled positive).
@@ -40,16 +40,14 @@ from docsearch.corpora.beir import (
 )
 from docsearch.encoders.base import Encoder
 from docsearch.errors import DataFormatError, ExtractionError, UsageError
-from docsearch.indexer.chunk import Chunker, Span, heading_level, heading_title, split_sentences
+from docsearch.indexer.chunk import Chunker
 from docsearch.indexer.extract import build_document, extract
 from docsearch.indexer.pipeline import walk
 from docsearch.indexer.store import Store
+from docsearch.training import pseudo
 
 MARGIN = 0.95  # mined negatives must score below MARGIN x the positive
-MIN_BODY_WORDS = 20  # a pseudo-positive shorter than this teaches nothing
-SPAN_WORDS = (6, 40)  # sentence lengths that make a plausible query
 _WORD = re.compile(r"\w+")
-_NUMBERING = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3})*[.)]?|[IVXLC]+\.|[A-Z]\.)\s+")
 
 
 @dataclass(frozen=True)
@@ -248,87 +246,7 @@ def extend_pool(data: TrainingData, chunker: Chunker, size: int, seed: int = 0) 
 
 
 # ---------------------------------------------------------------------------------------------
-# (c) Documents without labels: pseudo-queries
-
-
-def heading_key(line: str) -> str:
-    """A heading without numbering, markup or case: what makes two headings 'the same'."""
-    return " ".join(words(_NUMBERING.sub("", heading_title(line))))
-
-
-def plausible_query(title: str) -> bool:
-    """A heading worth asking about: a few words, mostly letters (not a table row or a list item
-    that the chunker's generous heading rules also accept)."""
-    tokens = title.split()
-    letters = [t for t in tokens if any(c.isalpha() for c in t)]
-    return 1 <= len(tokens) <= 10 and len(letters) * 2 > len(tokens) and len(title) >= 4
-
-
-def generic_headings(docs: Mapping[str, Sequence[Passage]]) -> set[str]:
-    """Headings found in many documents ("Introduction", "References") identify no section."""
-    seen: dict[str, set[str]] = {}
-    for doc_id, passages in docs.items():
-        for passage in passages:
-            for line in passage.text.splitlines():
-                if heading_level(line):
-                    seen.setdefault(heading_key(line), set()).add(doc_id)
-    limit = max(2, int(0.05 * len(docs)))
-    return {key for key, owners in seen.items() if len(owners) > limit}
-
-
-def _section_body(passages: Sequence[Passage], index: int, line: str) -> str:
-    """The text a heading opens: the rest of its passage, or the next passage if that is empty."""
-    text = passages[index].text
-    body = text[text.index(line) + len(line) :].strip()
-    if len(words(body)) < MIN_BODY_WORDS and index + 1 < len(passages):
-        body = passages[index + 1].text
-    return body
-
-
-def heading_pairs(doc_id: str, passages: Sequence[Passage], generic: set[str]) -> list[Pair]:
-    """Each specific heading -> the section it opens (the heading line itself cut out)."""
-    pairs = []
-    for index, passage in enumerate(passages):
-        for line in passage.text.splitlines():
-            if not heading_level(line):
-                continue
-            query = _NUMBERING.sub("", heading_title(line)).strip()
-            if heading_key(line) in generic or not plausible_query(query):
-                continue
-            body = _section_body(passages, index, line)
-            if len(words(body)) >= MIN_BODY_WORDS:
-                pairs.append(Pair(query, body, doc_id, (), "heading"))
-    return pairs
-
-
-def title_pair(doc_id: str, title: str, passages: Sequence[Passage]) -> list[Pair]:
-    """The document's title -> its first window (without the title line)."""
-    if not title.strip() or not passages or title.strip() == Path(doc_id).stem:
-        return []
-    first = passages[0].text
-    body = first.replace(title.strip(), "", 1).strip() if first.startswith(title.strip()) else first
-    return [Pair(title.strip(), body, doc_id, (), "title")] if len(words(body)) >= 5 else []
-
-
-def span_pairs(doc_id: str, passages: Sequence[Passage], rng: random.Random, n: int) -> list[Pair]:
-    """`n` sentences -> the window around each, the sentence cut out (inverse cloze)."""
-    pairs = []
-    for index in rng.sample(range(len(passages)), min(n, len(passages))):
-        text = passages[index].text
-        sentences = [
-            s
-            for s in split_sentences(text, Span(0, len(text)))
-            if SPAN_WORDS[0] <= len(text[s.start : s.end].split()) <= SPAN_WORDS[1]
-            and not heading_level(text[s.start : s.end])
-        ]
-        if len(sentences) < 2:
-            continue
-        s = rng.choice(sentences)
-        body = (text[: s.start] + text[s.end :]).strip()
-        if len(words(body)) >= MIN_BODY_WORDS:
-            query = " ".join(text[s.start : s.end].split())
-            pairs.append(Pair(query, body, doc_id, (), "span"))
-    return pairs
+# (c) Documents without labels: pseudo-queries (made by `docsearch.training.pseudo`)
 
 
 def pseudo_pairs(
@@ -338,17 +256,18 @@ def pseudo_pairs(
     spans_per_doc: int = 2,
     seed: int = 0,
 ) -> list[Pair]:
-    """(c): heading, title and span pairs for every document, without duplicates."""
-    generic = generic_headings(docs)
+    """(c): title, heading and span pairs for every document (`pseudo.py`), without duplicates."""
+    texts = {doc_id: [p.text for p in passages] for doc_id, passages in docs.items()}
+    generic = pseudo.generic_headings(texts)
     rng = random.Random(seed)
     pairs: dict[tuple[str, str], Pair] = {}
-    for doc_id, passages in docs.items():
+    for doc_id, windows in texts.items():
         title = titles.get(doc_id, "")
-        found = [] if heading_key(title) in generic else title_pair(doc_id, title, passages)
-        found += heading_pairs(doc_id, passages, generic)
-        found += span_pairs(doc_id, passages, rng, spans_per_doc)
-        for pair in found:
-            pairs.setdefault((pair.query.lower(), doc_id), pair)
+        found = pseudo.title_query(title, Path(doc_id).stem, windows, generic)
+        found += pseudo.heading_queries(windows, generic)
+        found += pseudo.span_queries(windows, rng, spans_per_doc)
+        for query, body, origin in found:
+            pairs.setdefault((query.lower(), doc_id), Pair(query, body, doc_id, (), origin))
     return list(pairs.values())
 
 

@@ -64,7 +64,7 @@ class FinetuneJob:
     eval_split: str = "test"
     eval_max_docs: int | None = None
     evaluate: bool = True
-    before: dict[str, dict[str, float]] | None = None  # known "before" metrics: skip that pass
+    before: dict[str, dict[str, Any]] | None = None  # known "before" metrics: skip that pass
     split: str = "train"
     max_pairs: int | None = None
     pool_size: int = 1000
@@ -131,15 +131,19 @@ def evaluation_set(
 
 def evaluate(
     encoder: str, options: dict[str, Any], rset: RetrievalSet, reporter: Reporter, label: str
-) -> dict[str, dict[str, float]]:
-    """nDCG@10 and friends per search mode, indexing `rset` with the real pipeline."""
+) -> dict[str, dict[str, Any]]:
+    """nDCG@10 and friends per search mode (and nDCG@10 per query), via the real pipeline."""
     from docsearch.evaluation import EvalIndex
 
     reporter.status(
         f"evaluating {label} on {rset.name}: {len(rset.queries)} queries, {len(rset.corpus)} documents"
     )
+    results: dict[str, dict[str, Any]] = {}
     with EvalIndex(rset, encoder=encoder, options=options) as index:
-        results = {mode: index.evaluate(mode).metrics for mode in EVAL_MODES}
+        for mode in EVAL_MODES:
+            result = index.evaluate(mode)
+            per_query = {q: m["ndcg@10"] for q, m in result.per_query.items()}
+            results[mode] = {**result.metrics, "per_query_ndcg@10": per_query}
     summary = ", ".join(f"{m} nDCG@10 {r['ndcg@10']:.4f}" for m, r in results.items())
     reporter.status(f"{label}: {summary}")
     return results
@@ -242,7 +246,7 @@ def finetune(job: FinetuneJob, reporter: Reporter | None = None) -> dict[str, An
 
 def before_metrics(
     job: FinetuneJob, rset: RetrievalSet | None, run: dict[str, Any], reporter: Reporter
-) -> dict[str, dict[str, float]] | None:
+) -> dict[str, dict[str, Any]] | None:
     """The saved or given "before" metrics, else a fresh evaluation; saved for --resume."""
     run_file = job.output / CHECKPOINTS / RUN_FILE
     run_file.parent.mkdir(parents=True, exist_ok=True)
