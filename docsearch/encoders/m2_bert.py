@@ -44,6 +44,9 @@ DEFAULT_MODEL = "togethercomputer/m2-bert-80M-32k-retrieval"
 # The released checkpoints were trained with this tokenizer (vocab 30522, padded to 30528).
 DEFAULT_TOKENIZER = "google-bert/bert-base-uncased"
 PADDINGS = ("max_length", "pow2")
+# The mixer's channel-wise work (gating, two FFT convolutions) runs this many channels at a time,
+# so a block's 2L-point spectra stay in cache: measured 2x faster convolutions at 32k tokens.
+CHANNEL_BLOCK = 64
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 # Config flags whose other values select M2 variants we do not implement (value = what we need).
 _REQUIRED_FLAGS = {
@@ -145,15 +148,19 @@ def fft_long_conv(u: torch.Tensor, k_fwd: torch.Tensor, k_rev: torch.Tensor) -> 
     return y.to(u.dtype)
 
 
-def blockdiag_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """`x @ block_diag(*weight).T` without building the dense matrix.
+def blockdiag_blocks(x: torch.Tensor, weight: torch.Tensor) -> list[torch.Tensor]:
+    """The output slices of `x @ block_diag(*weight).T`, one per block, each contiguous.
 
-    `weight` is (nblocks, out/nblocks, in/nblocks); block k maps input slice k to output slice k.
+    `weight` is (nblocks, out/nblocks, in/nblocks); block k maps input slice k to output slice
+    k. One GEMM per block on a strided input view: no permuted copies (an einsum makes two).
     """
-    nblocks, _, block_in = weight.shape
-    xb = x.reshape(*x.shape[:-1], nblocks, block_in)  # (..., nblocks, in/nblocks)
-    out = torch.einsum("...kp,kqp->...kq", xb, weight)  # (..., nblocks, out/nblocks)
-    return out.reshape(*x.shape[:-1], -1)
+    width = weight.shape[2]
+    return [F.linear(x[..., k * width : (k + 1) * width], w) for k, w in enumerate(weight)]
+
+
+def blockdiag_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`x @ block_diag(*weight).T` without building the dense matrix."""
+    return torch.cat(blockdiag_blocks(x, weight), dim=-1)
 
 
 def next_power_of_two(n: int) -> int:
@@ -270,7 +277,7 @@ class ImplicitFilter(nn.Module):
         decay = torch.exp(-self.pos_emb.t[0, :length] * self.modulation.deltas[0].abs())  # (L, d)
         k_fwd = self.implicit_filter(z) * decay  # (L, d)
         k_rev = self.implicit_filter_rev(z) * decay  # (L, d)
-        return k_fwd.T, k_rev.T
+        return k_fwd.T.contiguous(), k_rev.T.contiguous()  # the FFT wants time innermost
 
 
 class MonarchMixerSequenceMixing(nn.Module):
@@ -289,19 +296,22 @@ class MonarchMixerSequenceMixing(nn.Module):
         self.filter_fn = ImplicitFilter(cfg)
         self.filter_fn2 = ImplicitFilter(cfg)
 
-    @staticmethod
-    def _long_conv(fn: ImplicitFilter, u: torch.Tensor) -> torch.Tensor:
-        k_fwd, k_rev = fn.kernels(u.shape[-1])
-        return fft_long_conv(u, k_fwd, k_rev) + u * fn.bias[:, None].to(u.dtype)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
         u = x.transpose(1, 2)  # (B, d, L): the layer input, for the residual long conv
-        z = self.in_linear(x).transpose(1, 2)  # (B, 3d, L)
+        z = self.in_linear(x).transpose(1, 2).contiguous()  # (B, 3d, L); conv is slow on a view
         z = self.short_filter(z)[..., :length]  # causal: output t sees inputs t-2..t
         x1, x2, v = z.split(self.d, dim=1)  # each (B, d, L)
-        y = self._long_conv(self.filter_fn, v * x1) * x2
-        y = y + self._long_conv(self.filter_fn2, u)
+        kf1, kr1 = self.filter_fn.kernels(length)  # (d, L) each
+        kf2, kr2 = self.filter_fn2.kernels(length)
+        d1, d2 = self.filter_fn.bias[:, None].to(u.dtype), self.filter_fn2.bias[:, None].to(u.dtype)
+        y = torch.empty_like(v)  # (B, d, L)
+        for start in range(0, self.d, CHANNEL_BLOCK):  # channels are independent from here on
+            c = slice(start, start + CHANNEL_BLOCK)
+            gated = v[:, c] * x1[:, c]
+            y1 = fft_long_conv(gated, kf1[c], kr1[c]) + gated * d1[c]
+            y2 = fft_long_conv(u[:, c], kf2[c], kr2[c]) + u[:, c] * d2[c]  # residual long conv
+            y[:, c] = y1 * x2[:, c] + y2
         return self.out_linear(y.transpose(1, 2))  # (B, L, d)
 
 
@@ -315,13 +325,21 @@ class BlockdiagLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(nblocks, d_out // nblocks, d_in // nblocks))
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
 
+    def blocks(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Per-block outputs without the bias (see `blockdiag_blocks`)."""
+        return blockdiag_blocks(x, self.weight)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = blockdiag_matmul(x, self.weight)
+        out = torch.cat(self.blocks(x), dim=-1)
         return out + self.bias if self.bias is not None else out
 
 
 class GatedMonarchMLP(nn.Module):
-    """`LayerNorm(BD_out(GELU(gate) * value) + x)` with `[gate | value] = BD_in(x)`."""
+    """`LayerNorm(BD_out(GELU(gate) * value) + x)` with `[gate | value] = BD_in(x)`.
+
+    With an even number of blocks the gate is exactly the first half of the blocks, so the
+    GLU runs block by block on contiguous tensors (GELU on a strided half-slice is ~3x slower).
+    """
 
     def __init__(self, cfg: M2Config) -> None:
         super().__init__()
@@ -333,8 +351,14 @@ class GatedMonarchMLP(nn.Module):
         self.layernorm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.gated_layers(x)  # (B, L, 2I)
-        g = F.gelu(h[..., : self.inner]) * h[..., self.inner :]  # (B, L, I)
+        blocks = self.gated_layers.blocks(x)  # nblocks x (B, L, 2I/nblocks)
+        half = len(blocks) // 2
+        if len(blocks) % 2 == 0:
+            parts = [F.gelu(a) * b for a, b in zip(blocks[:half], blocks[half:], strict=True)]
+            g = torch.cat(parts, dim=-1)  # (B, L, I)
+        else:
+            h = torch.cat(blocks, dim=-1)  # (B, L, 2I)
+            g = F.gelu(h[..., : self.inner]) * h[..., self.inner :]
         return self.layernorm(self.wo(self.dropout(g)) + x)
 
 

@@ -423,6 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-fraction", type=float, default=0.05, help="held-out documents")
     p.add_argument("--max-docs", type=int, help="use only the first N documents")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -437,9 +438,17 @@ def _new_model(args: argparse.Namespace, vocab_size: int) -> M2ForMaskedLM:
     return M2ForMaskedLM(M2Config(**{**shape, **length, "vocab_size": -(-vocab_size // 8) * 8}))
 
 
+def majority_baseline(batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Accuracy of always predicting the most frequent masked token (context-free)."""
+    labels = torch.cat([lab[lab != IGNORE] for _, lab in batches])
+    return float(torch.bincount(labels).max()) / max(1, labels.numel())
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Pretrain, evaluate on held-out documents, write the folder and `pretrain_report.json`."""
     args = _parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tokenizer = load_tokenizer(resolve_model(args.tokenizer))
     tokens = TokenIds.from_tokenizer(tokenizer)
@@ -460,7 +469,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         lr=args.lr,
         seed=args.seed,
     )
-    result = pretrain(model, ids[n_eval:], make_eval_set(ids[:n_eval], tokens, cfg), tokens, cfg)
+    eval_set = make_eval_set(ids[:n_eval], tokens, cfg)
+    result = pretrain(model, ids[n_eval:], eval_set, tokens, cfg)
     save_checkpoint(model.bert, args.out, tokenizer=tokenizer, extra=model.head_state())
     report = {
         "corpus": str(args.corpus),
@@ -468,9 +478,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "config": asdict(model.bert.config),
         "recipe": asdict(cfg),
         "result": {**asdict(result), "losses": result.losses[:: max(1, len(result.losses) // 50)]},
+        "majority_baseline": majority_baseline(eval_set),
     }
     (args.out / "pretrain_report.json").write_text(json.dumps(report, indent=2) + "\n")
     summary = {k: v for k, v in asdict(result).items() if k != "losses"}
+    summary["majority_baseline"] = report["majority_baseline"]
     print(json.dumps(summary, indent=2))
     return report
 
