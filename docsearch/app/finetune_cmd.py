@@ -143,7 +143,10 @@ def finetune_command(
         str | None, typer.Option("--db", envvar="DOCSEARCH_DB", help="Database folder or URI.")
     ] = None,
     resume: Annotated[
-        bool, typer.Option(help="Continue the interrupted run in --output from its checkpoint.")
+        bool,
+        typer.Option(
+            "--resume", help="Continue the interrupted run in --output from its checkpoint."
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
