@@ -717,6 +717,11 @@ def save_random_checkpoint(
 # The registered encoder
 
 
+def _absolute_if_folder(ref: str) -> str:
+    path = Path(ref).expanduser()
+    return str(path.resolve()) if path.is_dir() else ref
+
+
 @register("m2-bert", aliases=("m2",))
 class M2BertEncoder:
     """Whole-document M2-BERT embeddings: the CLS pooler output, L2-normalised.
@@ -745,7 +750,12 @@ class M2BertEncoder:
             raise UsageError(f"padding must be one of {', '.join(PADDINGS)}, not {padding!r}")
         if dtype not in DTYPES:
             raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-        self.model_ref, self.tokenizer_ref = model, tokenizer
+        # A local folder is recorded as an absolute path: the spec must rebuild the encoder from
+        # any working directory (`docsearch search` run elsewhere than `docsearch index`).
+        self.model_ref, self.tokenizer_ref = (
+            _absolute_if_folder(model),
+            tokenizer and _absolute_if_folder(tokenizer),
+        )
         self.padding, self.dtype_name = padding, dtype
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         folder = resolve_model(model)

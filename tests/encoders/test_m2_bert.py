@@ -317,6 +317,7 @@ def test_encoder_end_to_end_from_a_released_layout_folder(tiny_folder: Path) -> 
     np.testing.assert_array_equal(encoder.encode_queries(texts), docs)  # no prompts in M2
     np.testing.assert_allclose(encoder.encode_documents(texts[1:2])[0], docs[1], atol=1e-6)
     assert not np.allclose(docs[0], docs[1], atol=1e-3)
+    assert encoder.spec()["options"] == {"model": str(tiny_folder.resolve())}
     rebuilt = encoder_from_spec(encoder.spec())
     np.testing.assert_array_equal(rebuilt.encode_documents(texts), docs)
     assert encoder.encode_documents([]).shape == (0, 64)
