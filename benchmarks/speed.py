@@ -109,13 +109,24 @@ def indexing(n_docs: int, db: str, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def clustered(n: int, rng: np.random.Generator, centroids: np.ndarray) -> np.ndarray:
+    """Unit vectors near random topic centroids: embeddings cluster; i.i.d. Gaussians do not."""
+    picks = centroids[rng.integers(0, len(centroids), size=n)]
+    vectors = picks + 0.6 * rng.standard_normal((n, DIM)) / np.sqrt(DIM)
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+CENTROIDS = clustered(500, np.random.default_rng(42), np.zeros((1, DIM)) + 0.0)
+
+
 def synthetic_rows(n: int, rng: np.random.Generator, vocab: list[str]) -> list[dict[str, Any]]:
     weights = 1.0 / np.arange(1, len(vocab) + 1)
     weights /= weights.sum()
+    vectors = clustered(n, rng, CENTROIDS)
     rows = []
     for i in range(n):
         words = rng.choice(len(vocab), size=120, p=weights)
-        vec = rng.standard_normal(DIM).astype(np.float32)
+        vec = vectors[i]
         rows.append(
             {
                 "id": f"s{i}",
@@ -151,6 +162,31 @@ class PrecomputedQueries:
         return self.vectors[self.i : self.i + 1]
 
 
+def recall_vs_exact(store: Any, vectors: np.ndarray) -> float | None:
+    """recall@10 of the indexed vector search against exact search (None: no index, exact)."""
+    if "vector_idx" not in {c.name for c in store.chunks.list_indices()}:
+        return None
+    dataset, hits = store._read("chunks"), []
+    for q in vectors:
+        found = [r["id"] for r in store.search_vector(q, 10, None)]
+        exact = (
+            dataset.to_table(
+                nearest={
+                    "column": "vector",
+                    "q": q,
+                    "k": 10,
+                    "metric": "cosine",
+                    "use_index": False,
+                },
+                columns=["id"],
+            )
+            .column("id")
+            .to_pylist()
+        )
+        hits.append(len(set(found) & set(exact)) / 10)
+    return float(np.mean(hits))
+
+
 def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
     from docsearch.indexer.store import CollectionMeta, Store
     from docsearch.retriever import Retriever
@@ -168,8 +204,7 @@ def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
         store.refresh_indexes()
         build = time.perf_counter() - start
         queries = [" ".join(rng.choice(vocab[:2000], size=3)) for _ in range(n_queries)]
-        vectors = rng.standard_normal((n_queries, DIM)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = clustered(n_queries, rng, CENTROIDS)
         retriever = Retriever(name, db=db, encoder=PrecomputedQueries(vectors))  # type: ignore[arg-type]
         out[str(size)] = {"build_s": build}
         for mode in ("lexical", "vector", "hybrid"):
