@@ -312,3 +312,28 @@ def test_llm2vec_trains_a_lora_adapter_the_encoder_loads(pairs_file: Path, tmp_p
     trained = get_encoder("llm2vec", **record["load_options"]).encode_documents(TEXTS)
     plain = get_encoder("llm2vec", **options).encode_documents(TEXTS)
     assert trained.shape == plain.shape and not np.allclose(trained, plain, atol=1e-4)
+
+
+def test_llm2vec_mntp_runs_the_recipe_step(pairs_file: Path, tmp_path: Path) -> None:
+    from tests.encoders.tiny_decoder import folder
+
+    base = folder("llama", tmp_path)
+    settings = TrainSettings(loss="mntp", steps=2, batch_size=2, lr=1e-3)
+    run = FinetuneJob("llm2vec", {"model": str(base)}, pairs_file, tmp_path / "m", settings)
+    run.evaluate = False
+    record = finetune(run)
+    out = tmp_path / "m"
+    assert record["steps"] == 2 and record["method"].startswith("LoRA (LLM2Vec")
+    assert (out / "adapter_config.json").exists() and "mntp" in (out / "README.md").read_text()
+    assert get_encoder("llm2vec", **record["load_options"]).dim == 64
+    resume = FinetuneJob("llm2vec", {"model": str(base)}, pairs_file, out, settings, resume=True)
+    with pytest.raises(UsageError):
+        finetune(resume)
+
+
+def test_simcse_on_sentence_transformers_uses_the_loop(
+    tiny_st: Path, pairs_file: Path, tmp_path: Path
+) -> None:
+    record = finetune(job(tiny_st, pairs_file, tmp_path / "s", steps=2, loss="simcse"))
+    assert record["steps"] == 2 and record["losses"][0] > 0
+    assert "negatives" not in " ".join(record["data"]["notes"])  # simcse needs none
