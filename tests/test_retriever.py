@@ -16,8 +16,15 @@ from tests.helpers import copy_samples
 def samples_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = copy_samples(tmp_path_factory.mktemp("ret") / "samples")
     db = str(root.parent / "db")
-    p = prepare(db, "samples", encoder_name="hashing", options={"max_tokens": 120},
-                default_encoder="hashing", cap=None, overlap=0)
+    p = prepare(
+        db,
+        "samples",
+        encoder_name="hashing",
+        options={"max_tokens": 120},
+        default_encoder="hashing",
+        cap=None,
+        overlap=0,
+    )
     report = index_folder(root, p.store, p.encoder, p.chunker)
     assert not report.failed
     return db

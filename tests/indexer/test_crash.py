@@ -61,7 +61,10 @@ def test_killed_between_batches_then_rerun_equals_clean_build(
     root, expected = clean
     db = str(tmp_path / "db")
     killed = run_cli(
-        *INDEX_ARGS, str(root), "--db", db,
+        *INDEX_ARGS,
+        str(root),
+        "--db",
+        db,
         env={**ENV, "DOCSEARCH_FAKE_KILL_AFTER": str(kill_after_batches)},
     )
     assert killed.returncode == -signal.SIGKILL
@@ -78,11 +81,19 @@ def test_killed_at_a_random_moment_then_rerun_equals_clean_build(
 ) -> None:
     root, expected = clean
     db = str(tmp_path / "db")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **ENV,
-           "DOCSEARCH_FAKE_SLEEP": "0.1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "DOCSEARCH_PLUGINS": "tests.fakes",
+        **ENV,
+        "DOCSEARCH_FAKE_SLEEP": "0.1",
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "docsearch.app.cli", *INDEX_ARGS, str(root), "--db", db],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
     )
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
@@ -103,8 +114,15 @@ def test_crash_between_chunk_and_file_commits(
     db = str(tmp_path / "db")
 
     def prepared():  # type: ignore[no-untyped-def]
-        return prepare(db, "c", encoder_name="hashing", options={"max_tokens": 12},
-                       default_encoder="hashing", cap=None, overlap=0)
+        return prepare(
+            db,
+            "c",
+            encoder_name="hashing",
+            options={"max_tokens": 12},
+            default_encoder="hashing",
+            cap=None,
+            overlap=0,
+        )
 
     p = prepared()
     real_merge = p.store.files_table.merge_insert

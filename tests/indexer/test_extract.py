@@ -10,7 +10,9 @@ from tests.helpers import SAMPLES, bad_folder, make_docx, make_encrypted_pdf, ma
 
 
 def test_pdf_pages_and_offsets_map_every_character_back(tmp_path: Path) -> None:
-    pdf = make_pdf(tmp_path / "a.pdf", ["First page text.", "Second page about ISO 13485:2016.", "Third."])
+    pdf = make_pdf(
+        tmp_path / "a.pdf", ["First page text.", "Second page about ISO 13485:2016.", "Third."]
+    )
     doc = extract(pdf)
     assert [p.number for p in doc.pages] == [1, 2, 3]
     text = doc.text
@@ -77,7 +79,9 @@ def test_html_headings_become_markdown_and_scripts_vanish(tmp_path: Path) -> Non
 
 
 def test_docx_heading_styles_become_markdown(tmp_path: Path) -> None:
-    path = make_docx(tmp_path / "d.docx", [(1, "Agreement"), (0, "Intro."), (2, "1. Scope"), (0, "Body.")])
+    path = make_docx(
+        tmp_path / "d.docx", [(1, "Agreement"), (0, "Intro."), (2, "1. Scope"), (0, "Body.")]
+    )
     doc = extract(path)
     assert doc.text == "# Agreement\n\nIntro.\n\n## 1. Scope\n\nBody."
     with pytest.raises(ExtractionError, match="corrupt DOCX"):

@@ -31,8 +31,13 @@ def corpus(root: Path) -> Path:
 
 def run(root: Path, db: str, name: str = "c", encoder: str = "hashing", **kw) -> IndexReport:  # type: ignore[no-untyped-def]
     prepared = prepare(
-        db, name, encoder_name=encoder, options=kw.pop("options", {"max_tokens": 12}),
-        default_encoder="hashing", cap=None, overlap=0,
+        db,
+        name,
+        encoder_name=encoder,
+        options=kw.pop("options", {"max_tokens": 12}),
+        default_encoder="hashing",
+        cap=None,
+        overlap=0,
     )
     return index_folder(root, prepared.store, prepared.encoder, prepared.chunker, **kw)
 
@@ -99,8 +104,10 @@ def test_deleted_file_vanishes_from_store_and_results(tmp_path: Path) -> None:
 
     root, db = corpus(tmp_path / "docs"), str(tmp_path / "db")
     run(root, db)
-    assert Retriever("c", db=db).search("E-MOT-21 motor stall", mode="lexical")[0].path.endswith(
-        "manual.pdf"
+    assert (
+        Retriever("c", db=db)
+        .search("E-MOT-21 motor stall", mode="lexical")[0]
+        .path.endswith("manual.pdf")
     )
     (root / "manual.pdf").unlink()
     report = run(root, db)
