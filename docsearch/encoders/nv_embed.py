@@ -65,7 +65,8 @@ RELEASED_MODELS: tuple[tuple[str, str, str], ...] = (
 )
 DEFAULT_MODEL = "nvidia/NV-Embed-v2"
 DEFAULT_TASK = "Given a question, retrieve passages that answer the question"
-# NV-Embed's MTEB instructions for the tasks in ../shared/data (its instructions.json style).
+# Task instructions for ../shared/data. scifact: the MTEB SciFact instruction of the E5-Mistral
+# / NV-Embed evaluations (exact NV-Embed string not checked here); qmsum: ours, no MTEB task.
 TASKS = {
     "default": DEFAULT_TASK,
     "scifact": "Given a scientific claim, retrieve documents that support or refute the claim",
