@@ -63,6 +63,16 @@ def matmul_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (1024, 2048, 4096))
     return best
 
 
+def shape_peak(config: Any, tokens: int = 2048) -> float:
+    """bf16 GFLOP/s of this model's own MLP matmul, (tokens x hidden) @ (hidden x intermediate):
+    what a forward could reach if every FLOP ran like its largest matmul."""
+    x = torch.randn(tokens, config.hidden_size, dtype=torch.bfloat16)
+    w = torch.randn(config.hidden_size, config.intermediate_size, dtype=torch.bfloat16)
+    x @ w
+    seconds = best_of(lambda: x @ w, 5)
+    return 2 * tokens * config.hidden_size * config.intermediate_size / seconds / 1e9
+
+
 def forward_flops(config: Any, rows: int, length: int) -> float:
     """Model FLOPs of one forward without the LM head: linear layers plus causal attention."""
     hidden, layers = config.hidden_size, config.num_hidden_layers
@@ -177,6 +187,7 @@ def run_model(model: str, lengths: list[int], encoder_lengths: list[int], peak: 
         encoders[name] = enc
     echo_template = encoders["echo"].document_template
     report: dict[str, Any] = {"layers": kv.layers, "lengths": {}}
+    report["mlp_matmul_gflops"] = shape_peak(kv.model.config)
     with torch.inference_mode():  # warm-up: allocator and kernels
         kv.model(**batch(kv, kv.document_template, prose(kv.tokenizer, 256, 2)))
     for length in lengths:
@@ -222,11 +233,19 @@ def markdown(result: dict[str, Any]) -> str:
         f"torch {result['hardware']['torch']}, transformers {result['hardware']['transformers']}.",
         f"Measured matmul peak: bf16 {result['peak_gflops']['bfloat16']:.0f} GFLOP/s, "
         f"fp32 {result['peak_gflops']['float32']:.0f} GFLOP/s. The machine is shared: absolute "
-        "numbers move with other load; ratios are measured interleaved in one run.",
+        "numbers move with other load; ratios are measured interleaved in one run. Peak and "
+        "forwards use the same thread count (one by default: on this shared 2-vCPU machine two "
+        "OpenMP threads run small ops about 10x slower whenever another process holds a core).",
         "",
     ]
     for model, rep in result["models"].items():
         lines += [f"## {model} (bf16; re-routed layers {rep['layers']})", ""]
+        lines += [
+            f"This model's own MLP matmul (2048 tokens) runs at {rep['mlp_matmul_gflops']:.0f} "
+            f"GFLOP/s in bf16, {rep['mlp_matmul_gflops'] / result['peak_gflops']['bfloat16']:.0%} "
+            "of the square-matmul peak: the ceiling for a forward made of such matmuls.",
+            "",
+        ]
         lines += [
             f"Command: `{rep['command']}`; 1-min load average before/after: "
             f"{rep['load_average_1min'][0]} / {rep['load_average_1min'][1]} (2 cores).",
@@ -264,7 +283,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["smollm2-135m"])
     parser.add_argument("--lengths", nargs="+", type=int, default=[512, 2048, 8192])
     parser.add_argument("--encoder-lengths", nargs="+", type=int, default=[512, 2048, 8192])
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (see below)")
     args = parser.parse_args()
+    # On this shared 2-vCPU machine, 2 OpenMP threads run small ops about 10x slower than one
+    # whenever another process holds the second core, so the default measures one thread.
+    torch.set_num_threads(args.threads)
     peak = {"bfloat16": matmul_peak(torch.bfloat16), "float32": matmul_peak(torch.float32)}
     print("peak", peak, file=sys.stderr, flush=True)
     out = RESULTS / "decoder_speed.json"
@@ -272,6 +295,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python benchmarks/decoder_speed.py " + " ".join(sys.argv[1:]),
+        "threads": args.threads,
         "hardware": hardware(),
         "peak_gflops": peak,
         "models": {k: v for k, v in earlier.items() if k not in args.models},
