@@ -129,6 +129,22 @@ def index(
     overlap: Annotated[
         int | None, typer.Option(help="Tokens shared by neighbouring chunks.")
     ] = None,
+    engine: Annotated[
+        str, typer.Option(help="local (this process) or ray (a Ray cluster, see docs/scale.md).")
+    ] = "local",
+    address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster for --engine ray (default: RAY_ADDRESS, else a local Ray)."),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Embedding workers for --engine ray (default: one per GPU, else CPUs/2)."
+        ),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="cpu, cuda or cuda:N (default: cuda when there is one).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Index a folder into a collection (incremental: only new or changed files are embedded).
@@ -144,6 +160,13 @@ def index(
 
     if not path.exists():
         raise UsageError(f"no such file or folder: {path}")
+    if engine not in ("local", "ray"):
+        raise UsageError(f"unknown engine {engine!r}; use local or ray")
+    runtime: dict[str, Any] = {"device": device} if device else {}
+    if device and engine == "local":  # Ray actors check the device on their own nodes
+        from docsearch.encoders.device import require
+
+        require(device)  # one line, before any model loads
     settings = Settings()
     db = db or settings.db
     root = path.resolve()
@@ -165,19 +188,37 @@ def index(
             cap=max_tokens or settings.max_tokens,
             overlap=settings.overlap if overlap is None else overlap,
             source=str(root),
+            runtime=runtime if engine == "local" else None,
         )
         with ConsoleProgress(f"indexing {name}") as progress:
-            report = index_folder(
-                root,
-                prepared.store,
-                prepared.encoder,
-                prepared.chunker,
-                include=include or (),
-                exclude=exclude or (),
-                token_budget=settings.token_budget,
-                group_chunks=settings.commit_chunks,
-                progress=progress,
-            )
+            if engine == "ray":
+                from docsearch.indexer.ray_engine import index_folder_ray
+
+                report = index_folder_ray(
+                    root,
+                    prepared.store,
+                    prepared.store.meta.encoder,
+                    prepared.chunker.settings.as_dict(),
+                    address=address,
+                    workers=workers,
+                    include=include or (),
+                    exclude=exclude or (),
+                    token_budget=settings.token_budget,
+                    runtime=runtime,
+                    progress=progress,
+                )
+            else:
+                report = index_folder(
+                    root,
+                    prepared.store,
+                    prepared.encoder,
+                    prepared.chunker,
+                    include=include or (),
+                    exclude=exclude or (),
+                    token_budget=settings.token_budget,
+                    group_chunks=settings.commit_chunks,
+                    progress=progress,
+                )
     _print_report(name, report)
     raise typer.Exit(report.exit_code)
 

@@ -234,17 +234,25 @@ class Indexer:
         if self._touched:
             self.store.commit(self._touched)
             self._touched = []
-        if not self._pending:
+        updates = self.take_updates()
+        if not updates:
             return
+        self.store.commit(updates)
+        for update in updates:
+            self.progress.file_done(update.record.path)
+
+    def take_updates(self) -> list[FileUpdate]:
+        """The queued files with their vectors (reused by text hash, or embedded), ready for one
+        commit; the queue empties. `flush` commits them; the Ray engine writes Lance fragments."""
+        if not self._pending:
+            return []
         rows = [r for p in self._pending for r in p.rows]
         if self.encoder is not None:
             self._attach_vectors(rows)
-        updates = [FileUpdate(p.record, p.rows) for p in self._pending]
-        self.store.commit(updates)
         self.report.chunks_written += len(rows)
-        for p in self._pending:
-            self.progress.file_done(p.record.path)
+        updates = [FileUpdate(p.record, p.rows) for p in self._pending]
         self._pending = []
+        return updates
 
     def _attach_vectors(self, rows: list[dict[str, Any]]) -> None:
         assert self.encoder is not None
@@ -343,9 +351,9 @@ def index_folder(
     indexer.progress.start(len(work.todo) + len(work.touched))
     deleted_shas = {records[p].sha256 for p in work.deleted}
     for path, st in work.todo:
-        _index_one(indexer, path, st, records.get(str(path.absolute())), deleted_shas)
+        index_one(indexer, path, st, records.get(str(path.absolute())), deleted_shas)
     for path, st, old in work.touched:
-        _index_one(indexer, path, st, old, deleted_shas)
+        index_one(indexer, path, st, old, deleted_shas)
     indexer.flush()
     if work.deleted:
         store.commit([], deleted=work.deleted)
@@ -360,13 +368,15 @@ def _serving(old: FileRecord | None) -> bool:
     return old is not None and (old.status == "indexed" or old.n_chunks > 0)
 
 
-def _index_one(
+def index_one(
     indexer: Indexer,
     path: Path,
     st: os.stat_result,
     old: FileRecord | None,
     deleted_shas: set[str],
 ) -> None:
+    """Read, fingerprint and classify one file (new, changed, renamed, touched, failed) and hand
+    it to `indexer` (add, touch or fail). The Ray engine runs this in its extraction tasks."""
     key = str(path.absolute())
     record = FileRecord(key, "", st.st_size, st.st_mtime, "indexed", indexed_at=time.time())
     report = indexer.report

@@ -3,7 +3,7 @@
 One run, `index_folder_ray(...)`:
 1. Driver: walk the folder and diff it against the `files` table (`pipeline.walk`, `pipeline.plan`:
    the same fingerprints as the local engine).
-2. Ray Data tasks read, hash and extract each file to do; `pipeline._index_one` classifies it
+2. Ray Data tasks read, hash and extract each file to do; `pipeline.index_one` classifies it
    (new, changed, renamed, touched, failed), so the outcome is the local engine's by construction.
 3. Ray Data actors, one per GPU (else CPU workers), chunk with the encoder's own tokenizer, reuse
    stored vectors by text hash and embed the rest (`pipeline.Indexer`), then write the rows as Lance
@@ -49,7 +49,7 @@ from docsearch.indexer.pipeline import (
     NullProgress,
     Plan,
     ProgressSink,
-    _index_one,
+    index_one,
     plan,
     walk,
 )
@@ -60,6 +60,7 @@ from docsearch.indexer.store import (
     Store,
     sql_in,
     table_uri,
+    vector_index_params,
 )
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ FTS_INDEX, PATH_INDEX, SHA_INDEX, VECTOR_INDEX = (
 
 @dataclass
 class FileOutcome:
-    """A file after read, fingerprint and extraction, as `pipeline._index_one` decided."""
+    """A file after read, fingerprint and extraction, as `pipeline.index_one` decided."""
 
     record: FileRecord
     report: IndexReport  # this file's counts: new/changed/renamed/touched, failure, warnings
@@ -116,7 +117,7 @@ def merge_reports(into: IndexReport, part: IndexReport) -> None:
 
 
 class _Recorder(Indexer):
-    """Stands in for `Indexer` while `pipeline._index_one` classifies one file in a Ray task:
+    """Stands in for `Indexer` while `pipeline.index_one` classifies one file in a Ray task:
     it keeps what the local engine would have queued or committed, and commits nothing."""
 
     def __init__(self) -> None:  # no store, encoder or chunker: nothing is written here
@@ -162,24 +163,13 @@ def extract_file(row: dict[str, Any], deleted_shas: frozenset[str]) -> dict[str,
     st = os.stat_result((0, 0, 0, 0, 0, 0, size, mtime, mtime, mtime))  # only size/mtime are read
     old = pickle.loads(row["old"]) if row["old"] else None
     recorder = _Recorder()
-    _index_one(recorder, Path(row["path"]), st, old, set(deleted_shas))
-    assert recorder.outcome is not None  # _index_one always adds, fails or touches
+    index_one(recorder, Path(row["path"]), st, old, set(deleted_shas))
+    assert recorder.outcome is not None  # index_one always adds, fails or touches
     return {"payload": pickle.dumps(recorder.outcome)}
 
 
 # ---------------------------------------------------------------------------------------------
 # Stage 3: chunk, embed, write fragments (a Ray actor per GPU or CPU worker)
-
-
-def _take_rows(indexer: Indexer) -> list[dict[str, Any]]:
-    """The queued files' chunk rows with vectors (stored ones reused by text hash, others
-    embedded), as `Indexer.flush` would write them; the queue empties."""
-    rows = [r for p in indexer._pending for r in p.rows]
-    if indexer.encoder is not None and rows:
-        indexer._attach_vectors(rows)
-    indexer.report.chunks_written += len(rows)
-    indexer._pending = []
-    return rows
 
 
 class EmbedWorker:
@@ -230,7 +220,7 @@ class EmbedWorker:
                 updates.append((outcome.record, True))
             else:
                 updates.append((outcome.record, outcome.replace))
-        rows = _take_rows(indexer)
+        rows = [row for update in indexer.take_updates() for row in update.rows or []]
         worker = f"{_node_id()}:{os.getpid()}"
         return BatchResult(updates, indexer.report, self._write(rows), worker)
 
@@ -333,14 +323,6 @@ def needs_index_build(store: Store) -> bool:
     return FTS_INDEX not in names and store.count_chunks() > 0
 
 
-def vector_index_options(rows: int) -> dict[str, Any]:
-    """The vector index `Store.refresh_indexes` builds (IVF_FLAT, cosine, about 2 x sqrt(rows)
-    rows per partition), for lance-ray's distributed builder (256 samples per partition: fine
-    from `VECTOR_INDEX_MIN_ROWS` up)."""
-    partitions = max(16, int(rows**0.5) // 2)  # as Store._create_vector_index
-    return {"index_type": "IVF_FLAT", "metric": "cosine", "num_partitions": partitions}
-
-
 def _distributed_scalar_indexes(dataset: Any, workers: int, remote: dict[str, float]) -> None:
     """The FTS and BTree indexes `Store.refresh_indexes` makes, built by lance-ray workers."""
     import lance_ray
@@ -396,7 +378,7 @@ def build_indexes(
             _distributed_scalar_indexes(lance.dataset(uri), workers, remote)
         store.chunks.checkout_latest()
     if store.has_vectors and rows >= vector_index_min_rows and VECTOR_INDEX not in names:
-        options = vector_index or vector_index_options(rows)
+        options = vector_index or vector_index_params(rows)
         lance_ray.create_index(
             uri,
             column="vector",

@@ -184,6 +184,12 @@ def _table_names(db) -> list[str]:  # type: ignore[no-untyped-def]
             return names
 
 
+def vector_index_params(rows: int) -> dict[str, Any]:
+    """The ANN index built above VECTOR_INDEX_MIN_ROWS (local and Ray engines alike)."""
+    partitions = min(8, max(1, rows // 100_000))  # all of them are probed (ANN_SEARCH)
+    return {"index_type": "IVF_HNSW_SQ", "metric": "cosine", "num_partitions": partitions}
+
+
 def is_local(db_uri: str) -> bool:
     return "://" not in db_uri or db_uri.startswith("file://")
 
@@ -377,12 +383,7 @@ class Store:
         self.files_table.optimize()
 
     def _create_vector_index(self, rows: int) -> None:
-        from lancedb.index import IvfHnswSq
-
-        partitions = min(8, max(1, rows // 100_000))  # all of them are probed (ANN_SEARCH)
-        self.chunks.create_index(
-            "vector", config=IvfHnswSq(distance_type="cosine", num_partitions=partitions)
-        )
+        self._read("chunks").create_index("vector", name="vector_idx", **vector_index_params(rows))
 
     def index_health(self) -> dict[str, Any]:
         """FTS coverage, versions and sizes, for `docsearch doctor`."""

@@ -1,6 +1,6 @@
 """The Ray engine builds the same collection as the local engine.
 
-Fast tests run the engine's stages in this process (no cluster): extraction as `_index_one`
+Fast tests run the engine's stages in this process (no cluster): extraction as `index_one`
 classifies it, the embedding actor's `process`, the single commit. Slow tests run the real thing
 on a local Ray cluster (a head and two worker nodes, see conftest.py), with the hashing fake
 encoder and with the real sentence-transformers model, including a second, incremental run.
