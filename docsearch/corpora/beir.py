@@ -101,6 +101,33 @@ class RetrievalSet:
         )
         return self._with(corpus=corpus, notes=[*self.notes, note])
 
+    def sample_queries(self, max_queries: int | None, seed: int = 0) -> RetrievalSet:
+        """A seeded random sample of `max_queries` queries (the corpus is unchanged)."""
+        if not max_queries or max_queries >= len(self.queries):
+            return self
+        keep = set(random.Random(seed).sample(sorted(self.queries), max_queries))
+        note = (
+            f"max-queries {max_queries}: {len(keep)} of {len(self.queries)} queries (seed {seed})"
+        )
+        queries = {q: t for q, t in self.queries.items() if q in keep}
+        return self._with(queries=queries, notes=[*self.notes, note])
+
+    def about(self, docs: set[str]) -> RetrievalSet:
+        """Only the queries whose relevant documents are all in `docs`."""
+        queries = {
+            q: t
+            for q, t in self.queries.items()
+            if {d for d, g in self.qrels.get(q, {}).items() if g > 0} <= docs
+        }
+        if len(queries) == len(self.queries):
+            return self
+        note = f"{len(queries)} of {len(self.queries)} queries (those about the sampled documents)"
+        return self._with(queries=queries, notes=[*self.notes, note])
+
+    def with_corpus(self, corpus: dict[str, CorpusDoc], note: str | None = None) -> RetrievalSet:
+        """The same queries over another corpus (e.g. one subsampled for several query sets)."""
+        return self._with(corpus=corpus, notes=[*self.notes, *([note] if note else [])])
+
     def _with(self, **changes: Any) -> RetrievalSet:
         changed = replace(self, **changes)
         keep_q, keep_d = set(changed.queries), set(changed.corpus)

@@ -1,0 +1,355 @@
+"""Retrieval quality of every offline encoder x mode x dataset: `benchmarks/results/quality.{json,md}`.
+
+    python benchmarks/quality.py [--encoders none,sentence-transformers] [--datasets cuad,scifact]
+        [--modes lexical,vector,hybrid] [--max-docs N] [--max-queries N] [--cache DIR]
+
+Every encoder in the registry is tried with its default options; one that cannot be built here
+(no weights offline, missing module) is listed with the reason. `none` is the lexical-only index
+(BM25 over 400-word chunks, no model). `bm25-reference` is whole-document Okapi BM25 from
+rank-bm25 (k1 0.9, b 0.4, regex word tokens, no stemming: the data README's reference), not a
+docsearch mode. Each corpus is indexed once per encoder through the real pipeline and searched in
+every mode with the default fusion; long sets are subsampled (see `eval_sets.py`, notes in the
+table). Indexes are cached in --cache, so a re-run only searches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from eval_sets import (
+    DEFAULT_CACHE,
+    RESULTS,
+    TABLE,
+    Group,
+    dataset_names,
+    load_group,
+    machine,
+    machine_lines,
+)
+
+from docsearch.corpora.beir import RetrievalSet
+from docsearch.evaluation import RUN_DEPTH, EvalIndex, score_run
+
+MODES = ("lexical", "vector", "hybrid")
+LEXICAL_ONLY = "none"
+REFERENCE = "bm25-reference"
+TOLERANCE = 0.005  # hybrid may trail the better leg by this much
+
+
+def probe_encoders(wanted: list[str] | None) -> tuple[list[str], dict[str, str]]:
+    """(encoders to run, {encoder: why it is not in the table}); every one is tried."""
+    from docsearch.encoders.base import available, get_encoder
+
+    run, skipped = [], {}
+    for name in available():
+        if name == "hashing":  # the test fake, registered only under tests
+            continue
+        try:
+            encoder = get_encoder(name)
+            del encoder
+        except Exception as exc:  # noqa: BLE001 - any failure to build means "cannot run here"
+            skipped[name] = f"cannot run offline: {type(exc).__name__}: {_first_line(exc)}"
+            continue
+        finally:
+            gc.collect()
+        if wanted is None or name in wanted:
+            run.append(name)
+        else:
+            skipped[name] = "runs offline, left out of this run (add it with --encoders)"
+    return run, skipped
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else "")[:200]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells
+
+
+def cell(result: Any) -> dict[str, Any]:
+    return {
+        **{k: round(v, 4) for k, v in result.metrics.items()},
+        "span_hits": {k: round(v, 4) for k, v in result.span_hits.items()},
+        "queries": result.queries,
+        "documents": result.documents,
+        "chunks": result.chunks,
+        "index_seconds": round(result.index_seconds, 1),
+        "search_seconds": round(result.search_seconds, 1),
+        "notes": result.notes,
+    }
+
+
+def run_encoder(
+    encoder: str, groups: list[Group], modes: list[str], args: argparse.Namespace
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """{mode: {dataset: cell}} for one encoder over every selected dataset."""
+    out: dict[str, dict[str, dict[str, Any]]] = {m: {} for m in modes}
+    for group in groups:
+        index_set, sets = load_group(group, args.max_docs, args.max_queries, args.seed)
+        with EvalIndex(index_set, encoder=encoder, cache=args.cache) as index:
+            print(
+                f"[{encoder}] {group.corpus}: {index.chunks} chunks, index "
+                f"{index.index_seconds:.0f} s{' (cached)' if index.cached else ''}",
+                file=sys.stderr,
+            )
+            for key, rset in sets.items():
+                name = key.split(":")[0]
+                for mode in modes:
+                    started = time.perf_counter()
+                    result = index.evaluate(mode, queries=rset)
+                    out[mode][name] = cell(result) | {"cached_index": index.cached}
+                    print(
+                        f"  {name} {mode}: nDCG@10 {result.metrics['ndcg@10']:.4f} "
+                        f"({time.perf_counter() - started:.0f} s)",
+                        file=sys.stderr,
+                    )
+    return out
+
+
+def reference_bm25(rset: RetrievalSet) -> dict[str, Any]:
+    """Whole-document Okapi BM25 (rank-bm25) over the same documents and queries."""
+    from rank_bm25 import BM25Okapi
+
+    def tokens(text: str) -> list[str]:
+        return re.findall(r"\w+", text.lower())
+
+    started = time.perf_counter()
+    ids = list(rset.corpus)
+    bm25 = BM25Okapi([tokens(rset.corpus[d].body) for d in ids], k1=0.9, b=0.4)
+    run = {}
+    for qid, text in rset.queries.items():
+        scores = bm25.get_scores(tokens(text))
+        order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))[:RUN_DEPTH]
+        run[qid] = [ids[i] for i in order]
+    means, per_query = score_run(run, {q: rset.qrels.get(q, {}) for q in rset.queries})
+    return {
+        **{k: round(v, 4) for k, v in means.items()},
+        "span_hits": {},
+        "queries": len(per_query),
+        "documents": len(rset.corpus),
+        "chunks": len(rset.corpus),
+        "index_seconds": 0.0,
+        "search_seconds": round(time.perf_counter() - started, 1),
+        "notes": rset.notes,
+    }
+
+
+def run_reference(groups: list[Group], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    out = {}
+    for group in groups:
+        _, sets = load_group(group, args.max_docs, args.max_queries, args.seed)
+        for key, rset in sets.items():
+            out[key.split(":")[0]] = reference_bm25(rset)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _fusion_line() -> str:
+    from docsearch.config import Settings
+
+    fusion = Settings().fusion()
+    return f"- hybrid fusion (the default): {fusion.method}, weights {fusion.weights}, k {fusion.k}"
+
+
+def hybrid_checks(rows: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    checks = []
+    for encoder, modes in rows.items():
+        if not all(m in modes for m in MODES):
+            continue
+        for dataset, hybrid in modes["hybrid"].items():
+            lexical, vector = (
+                modes["lexical"][dataset]["ndcg@10"],
+                modes["vector"][dataset]["ndcg@10"],
+            )
+            margin = hybrid["ndcg@10"] - max(lexical, vector)
+            checks.append(
+                {
+                    "encoder": encoder,
+                    "dataset": dataset,
+                    "lexical": lexical,
+                    "vector": vector,
+                    "hybrid": hybrid["ndcg@10"],
+                    "margin": round(margin, 4),
+                    "ok": margin >= -TOLERANCE,
+                }
+            )
+    return checks
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    datasets, rows = payload["datasets"], payload["rows"]
+    lines = ["# Retrieval quality: encoder x mode x dataset", ""]
+    lines += machine_lines(payload["machine"], payload["command"])
+    lines += [
+        _fusion_line(),
+        "- queries: test splits (a set without a split field is all test)",
+        "",
+    ]
+    lines += _metric_table(rows, datasets, "ndcg@10", "nDCG@10")
+    lines += _hybrid_section(payload["hybrid_checks"])
+    for metric, title in (
+        ("recall@100", "Recall@100"),
+        ("mrr@10", "MRR@10"),
+        ("recall@10", "Recall@10"),
+    ):
+        lines += _metric_table(rows, datasets, metric, title)
+    lines += _span_table(rows)
+    lines += _time_table(rows, datasets)
+    lines += ["## Sampling and sizes", ""]
+    for dataset in datasets:
+        cell = next((m[dataset] for r in rows.values() for m in r.values() if dataset in m), None)
+        if cell:
+            notes = "; ".join(cell["notes"]) or "all documents"
+            lines.append(
+                f"- {dataset}: {cell['queries']} queries, {cell['documents']} documents; {notes}"
+            )
+    lines += ["", "## Encoders not in the table", ""]
+    lines += [f"- `{name}`: {why}" for name, why in payload["skipped"].items()] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+def _metric_table(rows: dict[str, Any], datasets: list[str], metric: str, title: str) -> list[str]:
+    lines = [f"## {title}", "", "| encoder | mode | " + " | ".join(datasets) + " |"]
+    lines.append("|---|---|" + "---|" * len(datasets))
+    for encoder, modes in rows.items():
+        for mode, cells in modes.items():
+            values = [f"{cells[d][metric]:.4f}" if d in cells else "-" for d in datasets]
+            lines.append(f"| {encoder} | {mode} | " + " | ".join(values) + " |")
+    return [*lines, ""]
+
+
+def _hybrid_section(checks: list[dict[str, Any]]) -> list[str]:
+    lines = [f"## Hybrid against the better leg (nDCG@10; pass: margin >= -{TOLERANCE})", ""]
+    lines += [
+        "| encoder | dataset | lexical | vector | hybrid | margin | pass |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        lines.append(
+            f"| {c['encoder']} | {c['dataset']} | {c['lexical']:.4f} | {c['vector']:.4f} | "
+            f"{c['hybrid']:.4f} | {c['margin']:+.4f} | {'yes' if c['ok'] else '**no**'} |"
+        )
+    return [*lines, ""]
+
+
+def _span_table(rows: dict[str, Any]) -> list[str]:
+    lines = [
+        "## CUAD: answer span in a top-k passage (chunk level)",
+        "",
+        "| encoder | mode | hit@1 | hit@5 | hit@10 |",
+        "|---|---|---|---|---|",
+    ]
+    found = False
+    for encoder, modes in rows.items():
+        for mode, cells in modes.items():
+            spans = cells.get("cuad", {}).get("span_hits")
+            if spans:
+                found = True
+                lines.append(
+                    f"| {encoder} | {mode} | "
+                    + " | ".join(f"{spans[f'hit@{k}']:.4f}" for k in (1, 5, 10))
+                    + " |"
+                )
+    return [*lines, ""] if found else []
+
+
+def _time_table(rows: dict[str, Any], datasets: list[str]) -> list[str]:
+    lines = [
+        "## Wall time per cell: index (shared by a corpus's modes and datasets) + search, seconds",
+        "",
+    ]
+    lines += [
+        "| encoder | mode | " + " | ".join(datasets) + " |",
+        "|---|---|" + "---|" * len(datasets),
+    ]
+    for encoder, modes in rows.items():
+        for mode, cells in modes.items():
+            values = [
+                f"{cells[d]['index_seconds']:.0f}{'*' if cells[d].get('cached_index') else ''} + "
+                f"{cells[d]['search_seconds']:.0f}"
+                if d in cells
+                else "-"
+                for d in datasets
+            ]
+            lines.append(f"| {encoder} | {mode} | " + " | ".join(values) + " |")
+    lines += [
+        "",
+        "\\* index built by an earlier run and reused from the cache (its build time shown).",
+    ]
+    return [*lines, ""]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--encoders", help="comma-separated registry names, 'none' (default: all)")
+    parser.add_argument("--datasets", help="comma-separated dataset folders (default: all)")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--max-docs", type=int, help="override every group's document cap")
+    parser.add_argument("--max-queries", type=int, help="override every group's query sample")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-reference", action="store_true", help="skip the rank-bm25 row")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for quality.{json,md}")
+    return parser.parse_args()
+
+
+def select_groups(names: str | None) -> list[Group]:
+    if not names:
+        return list(TABLE)
+    wanted = set(names.split(","))
+    unknown = wanted - set(dataset_names(TABLE))
+    if unknown:
+        sys.exit(f"unknown datasets {sorted(unknown)}; choose from {dataset_names(TABLE)}")
+    return [
+        Group(g.corpus, tuple(d for d in g.datasets if d[0] in wanted), g.max_docs, g.max_queries)
+        for g in TABLE
+        if any(d[0] in wanted for d in g.datasets)
+    ]
+
+
+def main() -> None:
+    args = parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    groups = select_groups(args.datasets)
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    wanted = args.encoders.split(",") if args.encoders else None
+    encoders, skipped = probe_encoders([w for w in wanted if w != LEXICAL_ONLY] if wanted else None)
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    if not args.no_reference:
+        rows[REFERENCE] = {"lexical": run_reference(groups, args)}
+    if wanted is None or LEXICAL_ONLY in wanted:
+        rows[LEXICAL_ONLY] = run_encoder(LEXICAL_ONLY, groups, ["lexical"], args)
+    for encoder in encoders:
+        rows[encoder] = run_encoder(encoder, groups, modes, args)
+    payload = {
+        "machine": info,
+        "command": "python " + " ".join(sys.argv),
+        "datasets": [name for g in groups for name, _ in g.datasets],
+        "rows": rows,
+        "skipped": skipped,
+    }
+    payload["hybrid_checks"] = hybrid_checks(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "quality.json").write_text(json.dumps(payload, indent=2) + "\n")
+    (args.out / "quality.md").write_text(markdown(payload))
+    print(markdown(payload))
+
+
+if __name__ == "__main__":
+    main()
