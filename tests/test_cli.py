@@ -142,3 +142,14 @@ def test_search_defaults_to_the_most_recently_indexed_collection(tmp_path: Path)
         assert invoke("index", str(folder), "--encoder", "none", "--db", db).exit_code == 0
     hits = json.loads(invoke("search", "indemnity", "--json", "--db", db).stdout)
     assert "/newer/" in hits[0]["path"]
+
+
+def test_models_list_shows_packaged_models_and_the_nv_embed_licence() -> None:
+    listed = json.loads(invoke("models", "list", "--json").stdout)
+    assert {"sentence-transformers", "kv-embedding", "m2-bert", "llm2vec", "nv-embed"} <= set(
+        listed["encoders"]
+    )
+    by_name = {m["name"]: m for m in listed["models"]}
+    assert by_name["all-MiniLM-L6-v2"]["installed"]
+    assert {"smollm2-135m", "gemma3-270m"} <= set(by_name)
+    assert by_name["NV-Embed-v2"]["licence"] == "CC-BY-NC-4.0"

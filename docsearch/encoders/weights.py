@@ -73,14 +73,10 @@ class ModelInfo:
 
 
 def cache_dir() -> Path:
-    """Converted weights and calibration caches: $DOCSEARCH_CACHE, or the user cache dir."""
-    if cache := os.environ.get("DOCSEARCH_CACHE"):
-        return Path(cache).expanduser()
-    if home := os.environ.get("DOCSEARCH_HOME"):
-        return Path(home).expanduser() / "cache"
-    from platformdirs import user_cache_dir
+    """Converted weights and calibration caches (see `docsearch.config.cache_home`)."""
+    from docsearch.config import cache_home
 
-    return Path(user_cache_dir("docsearch"))
+    return cache_home()
 
 
 def converted_dir(name: str) -> Path:
