@@ -255,13 +255,14 @@ class Loop:
         return warmup_linear(self.horizon, self.settings.warmup)(step)
 
     def _replan(self, state: LoopState) -> None:
-        """Under --max-minutes, aim the decay at the last step that fits in the time left."""
+        """Under --max-minutes: end (and aim the decay) at the step nearest the deadline."""
         limit = self.settings.max_minutes
         if limit is None or not state.step:
             return
-        per_step = state.seconds / state.step
-        fits = state.step + int(max(0.0, limit * 60 - state.seconds) / max(per_step, 1e-9))
-        self.horizon = max(state.step + 1, min(self.planned, fits))
+        per_step = max(state.seconds / state.step, 1e-9)
+        left = limit * 60 - state.seconds
+        fits = state.step + (int(left / per_step + 0.5) if left > 0 else 0)
+        self.horizon = max(state.step, min(self.planned, fits))
 
     def autocast(self) -> Any:
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
@@ -304,16 +305,12 @@ class Loop:
         torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
         self._dirty = True
         self.optimiser.step()
-        self.scheduler.step()
         self.optimiser.zero_grad(set_to_none=True)
 
     def run(self, state: LoopState) -> LoopState:
         saved = state.step
         try:
-            while state.step < self.planned:
-                if self._out_of_time(state):
-                    state.stopped = f"stopped by the {self.settings.max_minutes} minute limit"
-                    break
+            while state.step < self.horizon and not self._out_of_time(state):
                 started = time.perf_counter()
                 loss = self.step_loss(state.step)
                 self.update()
@@ -321,9 +318,10 @@ class Loop:
                 state.losses.append(loss)
                 state.seconds += time.perf_counter() - started
                 self._replan(state)
+                self.scheduler.step()  # the next step's learning rate, aimed at the horizon
                 self._dirty = False
                 self.reporter.step(self._report(state))
-                if state.step % self.settings.checkpoint_every == 0 and state.step < self.planned:
+                if state.step % self.settings.checkpoint_every == 0 and state.step < self.horizon:
                     save_checkpoint(
                         self.run_dir, self.trainable, self.optimiser, self.scheduler, state
                     )
@@ -332,6 +330,8 @@ class Loop:
             if state.step > saved and not self._dirty:
                 save_checkpoint(self.run_dir, self.trainable, self.optimiser, self.scheduler, state)
             raise
+        if state.step < self.planned:
+            state.stopped = f"stopped by the {self.settings.max_minutes} minute limit"
         return state
 
     def _out_of_time(self, state: LoopState) -> bool:

@@ -168,8 +168,10 @@ def test_a_time_limit_aims_the_decay_at_the_deadline(tmp_path: Path) -> None:
     loop = Loop(BagOfWords(), PAIRS, settings, 100, tmp_path, Recorder())  # type: ignore[arg-type]
     loop._replan(LoopState(step=2, seconds=10.0))  # 5 s a step: 10 more steps fit in the minute
     assert loop.horizon == 12
-    loop._replan(LoopState(step=2, seconds=70.0))  # out of time: end at the next step
-    assert loop.horizon == 3
+    loop._replan(LoopState(step=2, seconds=58.0))  # 2 s left of a 29 s step: stop here
+    assert loop.horizon == 2
+    loop._replan(LoopState(step=2, seconds=70.0))  # past the deadline
+    assert loop.horizon == 2
 
 
 def test_warmup_then_linear_decay() -> None:
