@@ -13,6 +13,10 @@ torch thread: CPU time leaves out the time other processes hold the core) beside
 samples; and the chunked BERT is a control: its work grows exactly linearly, so its 32k/2k ratio
 shows how much this machine itself inflates long runs (cache, shared cores) over the ideal 16.
 Timings are medians over --reps forwards (one forward from 8k up), after one warm-up forward.
+`--malloc heap` (Linux/glibc) serves every allocation from the heap and never returns freed memory
+to the system (the effect of GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=
+2147483647): by default glibc maps each tensor above 32 MB fresh from the kernel and pays page
+faults on every touch, which makes every operation at 32k tokens slower per element than at 2k.
 Writes benchmarks/results/m2_scaling.{json,md}. Target (issue 7): M2 time(32k)/time(2k) <= 25
 (an L log L curve gives about 21; attention would give 256).
 """
@@ -38,6 +42,16 @@ RESULTS = REPO / "benchmarks" / "results"
 CHUNK = 512
 CHUNKS_PER_FORWARD = 4  # every chunked forward has the same shape: a linear-work control
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def use_heap_malloc() -> None:
+    """glibc: no mmap for large blocks, no trimming: freed tensors are reused warm."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_max = -1, -4
+    if not (libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1)):
+        raise RuntimeError("mallopt failed")
 
 
 def seconds(fn: Callable[[], Any], reps: int) -> tuple[list[float], list[float]]:
@@ -120,7 +134,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         ("bert", "full attention", bert_full, bert),
         ("bert", f"{CHUNK}-token chunks", bert_chunked, bert),
     ]
-    order = [*args.lengths, 2048]  # 2048 again after the longest: drift shows, medians absorb it
+    # 2048 again after the longest: drift shows, and the medians absorb it
+    order = [*args.lengths, *([2048] if 2048 in args.lengths else [])]
     with torch.inference_mode():
         for name, mode, make, model in series:
             make(model, CHUNK)()  # warm-up (allocator, kernels)
@@ -193,7 +208,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Date {result['date']}; command `{result['command']}`.",
         f"Hardware: {hw['cpu']}, {hw['cores']} cores shared with other jobs, torch {hw['torch']} "
-        f"with {hw['torch_threads']} thread(s); dtype {result['dtype']}; load average at start "
+        f"with {hw['torch_threads']} thread(s); dtype {result['dtype']}; malloc {result['malloc']}; "
+        "load average at start "
         f"{', '.join(f'{x:.1f}' for x in hw['load_average_at_start'])}, at end "
         f"{', '.join(f'{x:.1f}' for x in result['load_average_at_end'])}.",
         "Random weights (timing only). M2-BERT: 80M shape, one forward per document at exactly L "
@@ -235,9 +251,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--reps", type=int, default=2, help="forwards timed up to 2048 tokens")
     parser.add_argument("--bert-full-max", type=int, default=8192)
+    parser.add_argument("--malloc", choices=("default", "heap"), default="default")
     parser.add_argument("--out", type=Path, default=RESULTS / "m2_scaling")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.malloc == "heap":
+        use_heap_malloc()
     torch.manual_seed(0)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     info = hardware(args.threads)
@@ -250,6 +269,7 @@ def main() -> None:
         "date": started,
         "command": "python " + " ".join(["benchmarks/m2_scaling.py", *sys.argv[1:]]),
         "dtype": args.dtype,
+        "malloc": args.malloc,
         "hardware": info,
         "load_average_at_end": os.getloadavg(),
         "rows": rows,
