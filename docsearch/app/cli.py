@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from docsearch.app.ui_cmd import ui_command
 from docsearch.errors import DocsearchError, UsageError
 
 app = typer.Typer(
@@ -506,6 +507,9 @@ def models_calibrate(
 
     result = calibrate_layers(model, refresh=refresh)
     typer.echo(json.dumps(result, indent=2, default=str))
+
+
+app.command("ui")(ui_command)
 
 
 def main() -> None:

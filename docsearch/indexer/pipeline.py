@@ -81,11 +81,21 @@ def _matches(rel: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns)
 
 
-def walk(root: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Path]:
-    """Supported files under `root` (or `root` itself), filtered by include/exclude globs."""
+def walk(
+    root: Path,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    skipped: list[tuple[str, str]] | None = None,
+) -> list[Path]:
+    """Supported files under `root` (or `root` itself), filtered by include/exclude globs.
+
+    A symlink whose target lies outside `root` is left out (and added to `skipped` with the
+    reason): indexing a folder must not pull in text from elsewhere on the machine.
+    """
     if root.is_file():
         return [root] if supported(root) else []
     excludes = [*DEFAULT_EXCLUDES, *exclude]
+    real_root = root.resolve()
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
@@ -96,8 +106,13 @@ def walk(root: Path, include: Sequence[str] = (), exclude: Sequence[str] = ()) -
             if _matches(rel, excludes) or (include and not _matches(rel, include)):
                 continue
             path = Path(dirpath) / name
-            if supported(path) and path.is_file():
-                found.append(path)
+            if not (supported(path) and path.is_file()):
+                continue
+            if path.is_symlink() and not path.resolve().is_relative_to(real_root):
+                if skipped is not None:
+                    skipped.append((str(path.absolute()), "symlink to a file outside the folder"))
+                continue
+            found.append(path)
     return found
 
 
@@ -337,7 +352,8 @@ def index_folder(
         raise UsageError(f"no such file or folder: {root}")
     started = time.perf_counter()
     records = store.file_records()
-    work = plan(walk(root, include, exclude), records, root)
+    skipped: list[tuple[str, str]] = []
+    work = plan(walk(root, include, exclude, skipped), records, root)
     indexer = Indexer(
         store,
         encoder,
@@ -348,6 +364,7 @@ def index_folder(
     )
     report = indexer.report
     report.unchanged = work.unchanged
+    report.warnings.extend((path, f"skipped: {why}") for path, why in skipped)
     indexer.progress.start(len(work.todo) + len(work.touched))
     deleted_shas = {records[p].sha256 for p in work.deleted}
     for path, st in work.todo:

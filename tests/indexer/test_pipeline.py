@@ -192,3 +192,41 @@ def test_token_batches_respect_the_padded_budget() -> None:
     for batch in batches:
         assert len(batch) * max(lengths[i] for i in batch) <= 200 or len(batch) == 1
     assert batches[0] == [1, 3]  # longest first
+
+
+def test_symlinks_leading_out_of_the_folder_are_skipped_and_reported(tmp_path: Path) -> None:
+    root, db = corpus(tmp_path / "docs"), str(tmp_path / "db")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("Private salary list.\n")
+    (root / "link-out.txt").symlink_to(secret)
+    (root / "link-in.md").symlink_to(root / "msa.md")
+    report = run(root, db)
+    assert ("link-out.txt" not in chunk_paths(db)) and "link-in.md" in chunk_paths(db)
+    assert [(Path(p).name, w) for p, w in report.warnings] == [
+        ("link-out.txt", "skipped: symlink to a file outside the folder")
+    ]
+
+
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unreadable file is reported with the OS reason; the rest of the folder is indexed."""
+    from tests.helpers import running_as_root
+
+    root, db = corpus(tmp_path / "docs"), str(tmp_path / "db")
+    locked = root / "locked.md"
+    locked.write_text("# Locked\n\nNo access.\n")
+    if running_as_root():  # chmod does not stop root: make the read fail the way the OS would
+        real = Path.read_bytes
+
+        def read_bytes(self: Path) -> bytes:
+            if self.name == "locked.md":
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self)
+
+        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    else:
+        locked.chmod(0)
+    report = run(root, db)
+    assert [(Path(p).name, r) for p, r in report.failed] == [
+        ("locked.md", "unreadable: Permission denied")
+    ]
+    assert report.new == 4

@@ -58,13 +58,14 @@ def test_traversal_through_an_indexed_folder_is_refused(
         guard.open(str(corpus.secret))
 
 
-def test_an_indexed_symlink_leading_outside_is_refused(
+def test_a_symlink_leading_outside_is_neither_indexed_nor_served(
     corpus: Corpus, guard: DocumentGuard
 ) -> None:
-    # The pipeline follows file symlinks, so link-out.md is in the files table...
-    assert guard.record(corpus.doc("link-out.md")).status == "indexed"
-    # ...but the UI will not hand out a file whose real location is outside the indexed folder.
-    with pytest.raises(FileRefusedError, match="outside"):
+    # The pipeline skips file symlinks whose target is outside the folder...
+    with pytest.raises(FileRefusedError, match="not a document"):
+        guard.record(corpus.doc("link-out.md"))
+    # ...and the UI would not hand out such a file even if it were recorded.
+    with pytest.raises(FileRefusedError):
         guard.open(corpus.doc("link-out.md"))
 
 
