@@ -384,6 +384,7 @@ class Store:
 
     def _create_vector_index(self, rows: int) -> None:
         self._read("chunks").create_index("vector", name="vector_idx", **vector_index_params(rows))
+        self.chunks.checkout_latest()  # the index was committed through another handle
 
     def index_health(self) -> dict[str, Any]:
         """FTS coverage, versions and sizes, for `docsearch doctor`."""
