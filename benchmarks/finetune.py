@@ -127,7 +127,8 @@ def run_loss(
 ) -> dict[str, Any]:  # fmt: skip
     settings = TrainSettings(
         loss=loss, epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum,
-        negatives=args.negatives, max_minutes=args.minutes, seed=args.seed, lr=args.lr,
+        negatives=args.negatives, mined=args.mined, max_minutes=args.minutes, seed=args.seed,
+        lr=args.lr,
     )  # fmt: skip
     job = FinetuneJob(
         ENCODER, {"model": MODEL}, train, work / f"out-{loss}", settings, eval_set=rset,
@@ -137,6 +138,8 @@ def run_loss(
     record = finetune(job, Printer())
     record["wall_seconds"] = round(time.perf_counter() - started, 1)
     record["command"] = command_line(args, train, loss)
+    mined = settings.mined_negatives()
+    record["name"] = f"{loss} ({mined} mined + {args.negatives - mined} random negatives)"
     return record
 
 
@@ -164,8 +167,9 @@ def paired(before: dict[str, float], after: dict[str, float], seed: int = 0) -> 
     }  # fmt: skip
 
 
-def summarise(record: dict[str, Any]) -> dict[str, Any]:
-    keep = ("loss", "steps", "planned_steps", "stopped", "seconds", "wall_seconds", "command")
+def summarise(record: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    keep = ("name", "loss", "steps", "planned_steps", "stopped", "seconds", "wall_seconds")
+    keep += ("command",)
     out = {k: record.get(k) for k in keep}
     out["settings"] = record["settings"]
     out["data"] = record["data"]
@@ -175,7 +179,17 @@ def summarise(record: dict[str, Any]) -> dict[str, Any]:
         mode: paired(before[mode][PER_QUERY], after[mode][PER_QUERY]) for mode in after
     }
     out["loss_first_last"] = [record["losses"][:3], record["losses"][-3:]]
+    out["benchmark"] = benchmark_command(args)
+    out["threads"] = torch.get_num_threads()
+    out["date"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return out
+
+
+def benchmark_command(args: argparse.Namespace) -> str:
+    options = sorted((k, v) for k, v in vars(args).items() if v is not None and k != "dry_run")
+    return "python benchmarks/finetune.py " + " ".join(
+        f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}" for k, v in options
+    )
 
 
 def dry_run(train: Path, rset: RetrievalSet, kw: dict[str, Any], args: argparse.Namespace) -> None:
@@ -205,6 +219,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=4.0, help="training time per loss")
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--negatives", type=int, default=4)
+    parser.add_argument("--mined", type=int, default=None, help="default: 0 opl, half mnrl")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--grad-accum", type=int, default=8)
     parser.add_argument("--lr", type=float, default=None)
@@ -236,26 +251,32 @@ def run_dataset(
     args: argparse.Namespace, losses: list[str], train: Path, rset: RetrievalSet,
     kw: dict[str, Any], work: Path,
 ) -> dict[str, Any]:  # fmt: skip
-    started = time.perf_counter()
-    runs, before = [], None
+    eval_set = f"{rset.name}: {len(rset.queries)} queries, {len(rset.corpus)} documents; "
+    eval_set += "; ".join(rset.notes)
+    before = known_before(args.dataset, eval_set)
+    runs = []
     for loss in losses:
         record = run_loss(args, loss, train, rset, kw, before, work)
         before = record["evaluation"]["before"]
-        runs.append(summarise(record))
+        runs.append(summarise(record, args))
+    per_query = {mode: m[PER_QUERY] for mode, m in (before or {}).items()}
     return {
-        "dataset": args.dataset,
-        "eval_set": f"{rset.name}: {len(rset.queries)} queries, {len(rset.corpus)} documents; "
-        + "; ".join(rset.notes),
-        "before": strip(before),
-        "runs": runs,
-        "total_seconds": round(time.perf_counter() - started, 1),
-        "threads": torch.get_num_threads(),
+        "dataset": args.dataset, "eval_set": eval_set, "before": strip(before),
+        "before_per_query": per_query, "runs": runs,
         "hardware": f"{platform.machine()} CPU ({platform.processor() or 'unknown'})",
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": f"python benchmarks/finetune.py --dataset {args.dataset} "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items())
-                   if k not in ("dataset", "dry_run") and v is not None),
     }  # fmt: skip
+
+
+def known_before(dataset: str, eval_set: str) -> dict[str, Any] | None:
+    """ "Before" metrics of an earlier run on the same evaluation set (skips that evaluation)."""
+    path = RESULTS / "finetune.json"
+    entry = (json.loads(path.read_text()) if path.exists() else {}).get(dataset) or {}
+    if entry.get("eval_set") != eval_set or not entry.get("before_per_query"):
+        return None
+    return {
+        mode: {**metrics, PER_QUERY: entry["before_per_query"][mode]}
+        for mode, metrics in entry["before"].items()
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,6 +287,10 @@ def save(dataset: str, entry: dict[str, Any]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "finetune.json"
     results = json.loads(path.read_text()) if path.exists() else {}
+    old = results.get(dataset) or {}
+    if old.get("eval_set") == entry["eval_set"]:  # same evaluation: keep the other runs
+        names = {run["name"] for run in entry["runs"]}
+        entry["runs"] = [r for r in old["runs"] if r["name"] not in names] + entry["runs"]
     results[dataset] = entry
     path.write_text(json.dumps(results, indent=2) + "\n")
     (RESULTS / "finetune.md").write_text(render(results))
@@ -282,18 +307,18 @@ def render(results: dict[str, Any]) -> str:
         "",
         "nDCG@10 before and after, document level (a document scores as its best chunk), on",
         "seeded CPU-sized samples. `vector` is the dense leg alone, `hybrid` the default search.",
-        "Each loss trained on the same pairs and negatives for the same training-time budget.",
+        "Within a dataset every run trained on the same sampled pairs for the same training-time",
+        "budget (`--minutes`), on a 2-core machine shared with other jobs (step times vary).",
+        "better/worse: queries whose nDCG@10 rose / fell; CI: paired bootstrap 95% interval of",
+        "the mean change.",
         "",
-        "Queries better/worse: per-query nDCG@10 after vs before; CI: paired bootstrap 95% interval",
-        "of the mean change.",
-        "",
-        "| dataset | loss | steps | train s | vector before | vector after | better/worse | "
-        "CI | hybrid before | hybrid after | better/worse | CI |",
+        "| dataset | run | steps | train s | vector before | after | better/worse | CI | "
+        "hybrid before | after | better/worse | CI |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, entry in results.items():
         for run in entry["runs"]:
-            cells = [name, run["loss"], str(run["steps"]), f"{run['seconds']:.0f}"]
+            cells = [name, run["name"], str(run["steps"]), f"{run['seconds']:.0f}"]
             for mode in ("vector", "hybrid"):
                 p = run["paired"][mode]
                 cells += [
@@ -303,18 +328,24 @@ def render(results: dict[str, Any]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
     for name, entry in results.items():
         lines += ["", f"## {name}", "", f"- evaluation: {entry['eval_set']}"]
-        lines += [f"- command: `{entry['command']}`", f"- {entry['hardware']}, "
-                  f"{entry['threads']} torch threads, {entry['date']}, "
-                  f"{entry['total_seconds']:.0f} s in all"]  # fmt: skip
         for run in entry["runs"]:
             settings = run["settings"]
-            lines.append(
-                f"- {run['loss']}: {run['data']['pairs']} pairs ({'; '.join(run['data']['notes'])}); "
-                f"lr {settings['lr']}, batch {settings['batch_size']} x {settings['grad_accum']}, "
-                f"bf16 {settings['bf16']}; {run['steps']} steps in {run['seconds']:.0f} s "
-                f"({run['stopped'] or 'finished'}); loss {run['loss_first_last']}"
-            )
+            lines += [
+                f"- **{run['name']}**: {run['data']['pairs']} training pairs "
+                f"({'; '.join(run['data']['notes'])}); lr {settings['lr']}, batch "
+                f"{settings['batch_size']} x {settings['grad_accum']}, bf16 {settings['bf16']}; "
+                f"{run['steps']} steps in {run['seconds']:.0f} s ({run['stopped'] or 'finished'}),"
+                f" {run['wall_seconds']:.0f} s with data and evaluation; loss (first, last 3 "
+                f"steps) {_losses(run['loss_first_last'])}; {entry['hardware']}, "
+                f"{run['threads']} threads, {run['date']}",
+                f"  - `{run['benchmark']}`",
+                f"  - equivalent CLI: `{run['command']}`",
+            ]
     return "\n".join(lines) + "\n"
+
+
+def _losses(pair: list[list[float]]) -> str:
+    return " / ".join(", ".join(f"{x:.3f}" for x in part) for part in pair)
 
 
 if __name__ == "__main__":

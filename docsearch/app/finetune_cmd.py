@@ -115,9 +115,11 @@ def finetune_command(
     max_pairs: Annotated[
         int | None, typer.Option(help="Train on a random sample of N queries or pairs.")
     ] = None,
-    negatives: Annotated[
-        int, typer.Option(help="Negatives per pair: half mined, half random.")
-    ] = 4,
+    negatives: Annotated[int, typer.Option(help="Negatives per pair.")] = 4,
+    mined: Annotated[
+        int | None,
+        typer.Option(help="How many of them are mined hard negatives (default: 0 opl, half mnrl)."),
+    ] = None,
     steps: Annotated[
         int | None, typer.Option(help="Optimiser steps (default: --epochs over the pairs).")
     ] = None,
@@ -166,7 +168,7 @@ def finetune_command(
         options.update({k: v for k, v in (("model", model), ("adapter", adapter)) if v})
         settings = TrainSettings(
             loss=loss, steps=steps, epochs=epochs, lr=lr, batch_size=batch_size,
-            grad_accum=grad_accum, negatives=negatives, max_minutes=max_minutes,
+            grad_accum=grad_accum, negatives=negatives, mined=mined, max_minutes=max_minutes,
             checkpoint_every=checkpoint_every, seed=seed, bf16=bf16,
         )  # fmt: skip
         job = FinetuneJob(

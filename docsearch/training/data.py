@@ -407,11 +407,13 @@ def add_negatives(
     data: TrainingData,
     n: int,
     *,
+    mined: int | None = None,
     encoder: Encoder | None = None,
     seed: int = 0,
     margin: float = MARGIN,
 ) -> TrainingData:
-    """Give each pair without negatives `n`: half mined with `encoder` (if given), the rest random.
+    """Give each pair without negatives `n`: `mined` (default half) mined with `encoder`, the
+    rest random (all random without an encoder).
 
     Pairs that brought their own negatives keep exactly those. Pool vectors stored in `data`
     (from the index) are used when present; otherwise the pool is encoded once.
@@ -420,19 +422,25 @@ def add_negatives(
     if n <= 0 or not todo:
         return data
     relevant = relevant_docs(data.pairs)
-    mined: dict[int, list[str]] = {}
-    if encoder is not None and n >= 2 and data.pool:
-        mined = _mined(data, todo, relevant, n // 2, encoder, margin)
+    k = min(n, n // 2 if mined is None else mined)
+    hard_by_pair: dict[int, list[str]] = {}
+    if encoder is not None and k > 0 and data.pool:
+        hard_by_pair = _mined(data, todo, relevant, k, encoder, margin)
     rng = random.Random(seed)
     pairs = list(data.pairs)
     for i in todo:
         pair = pairs[i]
-        hard = mined.get(i, [])
+        hard = hard_by_pair.get(i, [])
         easy = random_negatives(
             data.pool, relevant[pair.query], {pair.positive, *hard}, n - len(hard), rng
         )
         pairs[i] = replace(pair, negatives=tuple(hard + easy))
-    note = f"negatives: {n} per pair ({'half mined, ' if mined else ''}margin {margin})"
+    how = (
+        f"up to {k} mined below {margin} x the positive, the rest random"
+        if hard_by_pair
+        else "random"
+    )
+    note = f"negatives: {n} per pair ({how})"
     return replace(data, pairs=pairs, notes=[*data.notes, note])
 
 

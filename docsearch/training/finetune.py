@@ -211,8 +211,9 @@ def prepare_run(
     if job.settings.loss in ("opl", "mnrl"):
         reporter.status(f"adding {job.settings.negatives} negatives to {len(data.pairs)} pairs")
         data = pairs_data.add_negatives(
-            data, job.settings.negatives, encoder=encoder, seed=job.settings.seed
-        )
+            data, job.settings.negatives, mined=job.settings.mined_negatives(), encoder=encoder,
+            seed=job.settings.seed,
+        )  # fmt: skip
     run_dir.mkdir(parents=True, exist_ok=True)
     write_pairs(saved, data.pairs)
     return data, rset

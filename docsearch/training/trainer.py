@@ -49,7 +49,8 @@ class TrainSettings:
     lr: float | None = None  # default: 2e-5 for full fine-tuning, 1e-4 for LoRA
     batch_size: int = 4  # pairs per micro-batch
     grad_accum: int = 8  # micro-batches per optimiser step (effective batch 32, as in LoCo)
-    negatives: int = 4  # per pair: half mined (positive-aware), half random
+    negatives: int = 4  # per pair, from other documents
+    mined: int | None = None  # of those, mined positive-aware; default: 0 for opl, half else
     warmup: float = 0.1  # share of the steps with a rising learning rate
     max_grad_norm: float = 1.0
     weight_decay: float = 0.01
@@ -60,6 +61,13 @@ class TrainSettings:
     bf16: bool | None = None  # None: where the hardware supports it
     lora_r: int = 16
     lora_alpha: int = 32
+
+    def mined_negatives(self) -> int:
+        """OPL trains on random negatives (as in LoCo): its absolute 0.0 target pulls a hard
+        negative as far as a random one; contrastive losses only need it below the positive."""
+        if self.mined is not None:
+            return self.mined
+        return 0 if self.loss == "opl" else self.negatives // 2
 
     def check(self) -> None:
         if self.loss not in LOSSES:

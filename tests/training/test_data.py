@@ -242,7 +242,10 @@ def test_add_negatives_mixes_mined_and_random_and_keeps_given_ones() -> None:
     assert second.negatives == ("keep me",)
     assert len(first.negatives) == 4 and len(set(first.negatives)) == 4
     assert first.positive not in first.negatives
-    assert any("half mined" in note for note in out.notes)
+    assert any("up to 2 mined below 0.95" in note for note in out.notes)
+    random_only = add_negatives(data, 4, mined=0, encoder=encoder, seed=0)
+    assert random_only.notes[-1] == "negatives: 4 per pair (random)"
+    assert "late payment interest accrues monthly" not in random_only.pairs[0].negatives
 
 
 def test_heldout_split_keeps_whole_documents_out_of_training() -> None:

@@ -174,6 +174,12 @@ def test_a_time_limit_aims_the_decay_at_the_deadline(tmp_path: Path) -> None:
     assert loop.horizon == 2
 
 
+def test_opl_trains_on_random_negatives_and_contrastive_losses_on_mined_ones() -> None:
+    assert TrainSettings(loss="opl", negatives=4).mined_negatives() == 0
+    assert TrainSettings(loss="mnrl", negatives=4).mined_negatives() == 2
+    assert TrainSettings(loss="opl", negatives=4, mined=3).mined_negatives() == 3
+
+
 def test_warmup_then_linear_decay() -> None:
     factor = warmup_linear(10, 0.2)
     assert [round(factor(s), 3) for s in range(10)] == [
