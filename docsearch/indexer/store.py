@@ -10,6 +10,7 @@ Not here: walking folders, embedding, fusion (see `pipeline.py`, `retriever.py`)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -212,10 +213,23 @@ def list_collections(db_uri: str) -> list[str]:
     return sorted(n[: -len("__chunks")] for n in names if n.endswith("__chunks"))
 
 
+@functools.cache
+def _session():  # type: ignore[no-untyped-def]
+    """One Lance session per process: its caches keep loaded indexes across reads.
+
+    Every read opens the table's latest version (cheap: a manifest), so it sees other writers'
+    commits; without a shared session each open would reload the vector index (~100 ms at 100k
+    chunks) on every query.
+    """
+    import lance
+
+    return lance.Session()
+
+
 def _dataset(uri: str):  # type: ignore[no-untyped-def]
     import lance
 
-    return lance.dataset(uri)
+    return lance.dataset(uri, session=_session())
 
 
 # ---------------------------------------------------------------------------------------------
