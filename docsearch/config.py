@@ -21,7 +21,7 @@ from pydantic_settings import (
 )
 
 from docsearch.errors import CollectionNotFoundError
-from docsearch.fusion import Fusion
+from docsearch.fusion import DEFAULT_FUSION, Fusion
 
 APP = "docsearch"
 
@@ -68,10 +68,17 @@ class Settings(BaseSettings):
     overlap: int = Field(0, description="tokens repeated between neighbouring chunks")
     token_budget: int = Field(16384, description="padded tokens per encoder batch")
     commit_chunks: int = Field(512, description="chunks written per commit while indexing")
-    fusion_method: str = Field("rrf", description="hybrid fusion: rrf or minmax")
-    dense_weight: float = Field(1.0, description="weight of the dense leg in fusion")
-    lexical_weight: float = Field(1.0, description="weight of the lexical leg in fusion")
-    rrf_k: int = Field(60, description="RRF constant k")
+    # Defaults tuned on train/validation queries (benchmarks/results/fusion.md).
+    fusion_method: str = Field(
+        DEFAULT_FUSION.method, description="hybrid fusion: maxnorm, minmax or rrf"
+    )
+    dense_weight: float = Field(
+        DEFAULT_FUSION.weights["dense"], description="weight of the dense leg in fusion"
+    )
+    lexical_weight: float = Field(
+        DEFAULT_FUSION.weights["lexical"], description="weight of the lexical leg in fusion"
+    )
+    rrf_k: int = Field(DEFAULT_FUSION.k, description="RRF constant k (rrf only)")
 
     @classmethod
     def settings_customise_sources(

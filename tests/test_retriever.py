@@ -31,7 +31,9 @@ def samples_db(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_hybrid_reports_rank_and_score_per_leg(samples_db: str) -> None:
-    hits = Retriever("samples", db=samples_db).search("motor stall error code E-MOT-21", k=3)
+    plain_rrf = Fusion("rrf", {"dense": 1.0, "lexical": 1.0}, 60)
+    retriever = Retriever("samples", db=samples_db, fusion=plain_rrf)
+    hits = retriever.search("motor stall error code E-MOT-21", k=3)
     top = hits[0]
     assert top.path.endswith("x200-infusion-pump-service-manual.txt")
     assert top.pages == "2"
@@ -42,6 +44,15 @@ def test_hybrid_reports_rank_and_score_per_leg(samples_db: str) -> None:
     assert top.score == pytest.approx(expected)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert len({h.doc_id for h in hits}) == len(hits)  # one hit per document
+
+
+def test_default_fusion_is_maxnorm_over_each_legs_best_score(samples_db: str) -> None:
+    retriever = Retriever("samples", db=samples_db)
+    assert retriever.fusion.method == "maxnorm"
+    top = retriever.search("motor stall error code E-MOT-21", k=3)[0]
+    # The top hit is first in the lexical leg, so its lexical share is the full lexical weight.
+    assert top.scores["lexical"]["rank"] == 1
+    assert 0.6 < top.score <= 1.0 + 1e-9
 
 
 @pytest.mark.parametrize(

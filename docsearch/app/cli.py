@@ -17,6 +17,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from docsearch.app.eval_cmd import eval_command
+from docsearch.app.finetune_cmd import finetune_command
 from docsearch.app.ui_cmd import ui_command
 from docsearch.errors import DocsearchError, UsageError
 
@@ -509,6 +511,8 @@ def models_calibrate(
     typer.echo(json.dumps(result, indent=2, default=str))
 
 
+app.command("eval")(eval_command)
+app.command("finetune")(finetune_command)
 app.command("ui")(ui_command)
 
 
