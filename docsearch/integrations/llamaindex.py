@@ -1,0 +1,93 @@
+"""`DocsearchLlamaRetriever`: a docsearch collection as a LlamaIndex retriever.
+
+Needs the extra `docsearch[llamaindex]`.
+
+    from docsearch.integrations.llamaindex import DocsearchLlamaRetriever
+    nodes = DocsearchLlamaRetriever("contracts", k=4).retrieve("termination for cause")
+    nodes[0].score, nodes[0].node.text, nodes[0].node.metadata["pages"]
+
+Each `NodeWithScore` holds a `TextNode` with one passage (id = chunk id, source = document id,
+character offsets in the document) and the score that ordered the results; provenance and
+per-leg scores are metadata (see `hit_metadata`). Only path, title, pages and heading reach an
+LLM prompt or an embedding, so scores and snippets do not bloat the context. The docsearch
+`Retriever` is opened on first use and kept. Not here: async search of its own, indexing,
+query engines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docsearch.integrations import hit_metadata, missing_extra
+from docsearch.retriever import Hit, Retriever
+
+try:
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import (
+        NodeRelationship,
+        NodeWithScore,
+        QueryBundle,
+        RelatedNodeInfo,
+        TextNode,
+    )
+except ImportError as exc:
+    raise missing_extra("llama-index-core", "llamaindex") from exc
+
+PROMPT_KEYS = ("path", "title", "pages", "heading_path")  # the metadata an LLM gets to see
+
+
+def _node(hit: Hit, collection: str) -> NodeWithScore:
+    metadata = hit_metadata(hit, collection)
+    hidden = [key for key in metadata if key not in PROMPT_KEYS]
+    node = TextNode(
+        id_=hit.chunk_id,
+        text=hit.text,
+        metadata=metadata,
+        start_char_idx=hit.char_start,
+        end_char_idx=hit.char_end,
+        excluded_llm_metadata_keys=hidden,
+        excluded_embed_metadata_keys=hidden,
+        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.doc_id)},
+    )
+    return NodeWithScore(node=node, score=hit.score)
+
+
+class DocsearchLlamaRetriever(BaseRetriever):
+    """Search one docsearch collection; the arguments are those of `Retriever.search`."""
+
+    def __init__(
+        self,
+        collection: str | None = None,
+        *,
+        db: str | None = None,
+        k: int = 5,
+        mode: str | None = None,
+        where: str | None = None,
+        path: str | None = None,
+        granularity: str = "passage",
+        **kwargs: Any,  # callback_manager, verbose... for LlamaIndex's BaseRetriever
+    ) -> None:
+        super().__init__(**kwargs)
+        self.collection, self.db = collection, db
+        self.k, self.mode, self.where, self.path = k, mode, where, path
+        self.granularity = granularity
+        self._retriever: Retriever | None = None
+
+    @property
+    def retriever(self) -> Retriever:
+        """The underlying docsearch `Retriever`, opened on first use."""
+        if self._retriever is None:
+            self._retriever = Retriever(self.collection, db=self.db)
+        return self._retriever
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        retriever = self.retriever
+        hits = retriever.search(
+            query_bundle.query_str,
+            self.k,
+            self.mode,
+            self.where,
+            path=self.path,
+            granularity=self.granularity,
+        )
+        return [_node(hit, retriever.collection) for hit in hits]
