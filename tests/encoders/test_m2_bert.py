@@ -397,3 +397,20 @@ def test_saved_checkpoint_round_trips_exactly(tmp_path: Path) -> None:
     save_file(saved, str(tmp_path / "model.safetensors"))
     loaded = load_model(tmp_path)
     torch.testing.assert_close(loaded.pooler.dense.bias, source.pooler.dense.bias + 1)
+
+
+def test_cli_indexes_a_folder_with_a_local_m2_checkpoint(tiny_folder: Path, tmp_path: Path) -> None:
+    from tests.helpers import SAMPLES, run_cli
+
+    db = str(tmp_path / "db")
+    built = run_cli("index", str(SAMPLES), "--encoder", "m2-bert", "--model", str(tiny_folder),
+                    "--collection", "m2", "--db", db)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    info = json.loads(run_cli("collections", "info", "m2", "--db", db).stdout)
+    assert info["encoder_spec"]["encoder"] == "m2-bert" and info["files"] >= 5
+    assert info["encoder_spec"]["options"]["model"] == str(tiny_folder.resolve())
+    found = run_cli("search", "tenant lease", "--collection", "m2", "--mode", "vector",
+                    "--db", db, "--json")  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    hits = json.loads(found.stdout)
+    assert hits and all(set(h["scores"]) == {"dense"} for h in hits)
