@@ -50,6 +50,26 @@ TABLE = (
     Group("scifact", (("scifact", "test"),)),
 )
 
+# Decoder encoders (and every encoder, in the quality table's small tier): samples that a
+# 135M-270M decoder embeds on one CPU thread in minutes, chunks of at most SMALL_CAP tokens.
+SMALL = (
+    Group(
+        "qmsum",
+        (("qmsum", "test"), ("qmsum/summary2meeting", "test")),
+        max_docs=12,
+        max_queries=12,
+    ),
+    Group(
+        "scisummnet-acl",
+        (("scisummnet-acl/title2paper", "test"),),
+        max_docs=20,
+        max_queries=20,
+    ),
+    Group("scifact", (("scifact", "test"),), max_docs=120, max_queries=50),
+)
+SMALL_CAP = 1024
+DEFAULT_DECODER = "smollm2-135m"
+
 # Fusion tuning: train and validation queries over the same (cached) corpora as the table.
 TUNING = (
     Group(

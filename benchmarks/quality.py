@@ -25,7 +25,10 @@ from typing import Any
 
 from eval_sets import (
     DEFAULT_CACHE,
+    DEFAULT_DECODER,
     RESULTS,
+    SMALL,
+    SMALL_CAP,
     TABLE,
     Group,
     dataset_names,
@@ -36,26 +39,57 @@ from eval_sets import (
 
 from docsearch.corpora.beir import RetrievalSet
 from docsearch.evaluation import RUN_DEPTH, EvalIndex, score_run
+from docsearch.fusion import Fusion
 
 MODES = ("lexical", "vector", "hybrid")
+FAST = ("sentence-transformers",)  # encoders fast enough on CPU for the main table
+MAIN_ABOUT = (
+    "The lexical-only index and the fast encoders on the full sets (long ones subsampled, "
+    "see the sizes); `bm25-reference` is whole-document BM25, not a docsearch mode."
+)
+SMALL_ABOUT = (
+    "Every encoder that runs offline, on small seeded samples that decoder encoders can embed "
+    "on 2 CPU cores; the fast rows are repeated here so that the rows compare on the same "
+    "documents. Decoder encoders run SmolLM2-135M (the packaged `smollm2-135m`; llm2vec untrained, "
+    "bf16) on chunks of at most 1,024 tokens. CUAD is left out of this tier (8k-word contracts "
+    "cost too much decoder time on 2 cores). Samples this small are noisy: read differences "
+    "under ~0.05 as ties."
+)
+PLAIN_RRF = "hybrid, plain RRF"  # the pre-tuning default, for comparison (--compare-rrf)
+FUSIONS = {PLAIN_RRF: Fusion("rrf", {"dense": 1.0, "lexical": 1.0}, 60)}
+NEEDS_RELEASED_WEIGHTS = {
+    "m2-bert": "needs released weights (togethercomputer/m2-bert-80M-*), not on PyPI; "
+    "random weights would measure nothing",
+    "nv-embed": "needs released weights (nvidia/NV-Embed-v1/v2, 7B) or a latent block trained "
+    "for the decoder (benchmarks/nv_embed_train.py reports that comparison)",
+}
 LEXICAL_ONLY = "none"
 REFERENCE = "bm25-reference"
 TOLERANCE = 0.005  # hybrid may trail the better leg by this much
 
 
 def probe_encoders(wanted: list[str] | None) -> tuple[list[str], dict[str, str]]:
-    """(encoders to run, {encoder: why it is not in the table}); every one is tried."""
+    """(encoders to run, {encoder: why it is not in the table}); every one is tried.
+
+    An encoder is tried with the options the small tier gives it (a named packaged decoder),
+    so `llm2vec` runs as the untrained bidirectional SmolLM2; nv-embed's latent block and
+    m2-bert need released weights, which are not here.
+    """
     from docsearch.encoders.base import available, get_encoder
 
     run, skipped = [], {}
     for name in available():
         if name == "hashing":  # the test fake, registered only under tests
             continue
+        if name in NEEDS_RELEASED_WEIGHTS:
+            skipped[name] = NEEDS_RELEASED_WEIGHTS[name]
+            continue
         try:
-            encoder = get_encoder(name)
+            encoder = get_encoder(name, **small_options(name))
             del encoder
         except Exception as exc:  # noqa: BLE001 - any failure to build means "cannot run here"
-            skipped[name] = f"cannot run offline: {type(exc).__name__}: {_first_line(exc)}"
+            why = f"{type(exc).__name__}: {_first_line(exc)}"
+            skipped[name] = f"cannot be built offline ({why})"
             continue
         finally:
             gc.collect()
@@ -88,14 +122,29 @@ def cell(result: Any) -> dict[str, Any]:
     }
 
 
+def small_options(encoder: str) -> dict[str, Any]:
+    """The small tier names its decoder (the same indexes as benchmarks/decoder_quality.py)."""
+    if encoder in FAST:
+        return {}
+    if encoder == "llm2vec":  # float32 is its default (parity); bf16 is 4x faster on this CPU
+        return {"model": DEFAULT_DECODER, "dtype": "bfloat16"}
+    return {"model": DEFAULT_DECODER}
+
+
 def run_encoder(
     encoder: str, groups: list[Group], modes: list[str], args: argparse.Namespace
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """{mode: {dataset: cell}} for one encoder over every selected dataset."""
+    if args.compare_rrf and "hybrid" in modes:
+        modes = [*modes, PLAIN_RRF]
     out: dict[str, dict[str, dict[str, Any]]] = {m: {} for m in modes}
     for group in groups:
         index_set, sets = load_group(group, args.max_docs, args.max_queries, args.seed)
-        with EvalIndex(index_set, encoder=encoder, cache=args.cache) as index:
+        options = small_options(encoder) if args.small else {}
+        cap = SMALL_CAP if args.small and encoder not in FAST else None
+        with EvalIndex(
+            index_set, encoder=encoder, options=options, cap=cap, cache=args.cache
+        ) as index:
             print(
                 f"[{encoder}] {group.corpus}: {index.chunks} chunks, index "
                 f"{index.index_seconds:.0f} s{' (cached)' if index.cached else ''}",
@@ -105,7 +154,8 @@ def run_encoder(
                 name = key.split(":")[0]
                 for mode in modes:
                     started = time.perf_counter()
-                    result = index.evaluate(mode, queries=rset)
+                    search_mode = "hybrid" if mode in FUSIONS else mode
+                    result = index.evaluate(search_mode, queries=rset, fusion=FUSIONS.get(mode))
                     out[mode][name] = cell(result) | {"cached_index": index.cached}
                     print(
                         f"  {name} {mode}: nDCG@10 {result.metrics['ndcg@10']:.4f} "
@@ -156,11 +206,11 @@ def run_reference(groups: list[Group], args: argparse.Namespace) -> dict[str, di
 # Markdown
 
 
-def _fusion_line() -> str:
+def _fusion_text() -> str:
     from docsearch.config import Settings
 
     fusion = Settings().fusion()
-    return f"- hybrid fusion (the default): {fusion.method}, weights {fusion.weights}, k {fusion.k}"
+    return f"{fusion.method}, weights {fusion.weights} (k {fusion.k} for rrf)"
 
 
 def hybrid_checks(rows: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -189,16 +239,26 @@ def hybrid_checks(rows: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, 
 
 
 def markdown(payload: dict[str, Any]) -> str:
-    datasets, rows = payload["datasets"], payload["rows"]
     lines = ["# Retrieval quality: encoder x mode x dataset", ""]
     lines += machine_lines(payload["machine"], payload["command"])
     lines += [
-        _fusion_line(),
-        "- queries: test splits (a set without a split field is all test)",
+        f"- hybrid fusion: {payload['fusion']}",
+        "- queries: test splits (a set without a split field is all test); document level, "
+        "a document scores as its best chunk",
         "",
     ]
+    for tier in payload["tiers"].values():
+        lines += _tier(tier)
+    lines += ["## Encoders not in the tables", ""]
+    lines += [f"- `{name}`: {why}" for name, why in payload["skipped"].items()] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+def _tier(tier: dict[str, Any]) -> list[str]:
+    datasets, rows = tier["datasets"], tier["rows"]
+    lines = [f"## {tier['title']}", "", tier["about"], ""]
     lines += _metric_table(rows, datasets, "ndcg@10", "nDCG@10")
-    lines += _hybrid_section(payload["hybrid_checks"])
+    lines += _hybrid_section(tier["hybrid_checks"])
     for metric, title in (
         ("recall@100", "Recall@100"),
         ("mrr@10", "MRR@10"),
@@ -207,7 +267,7 @@ def markdown(payload: dict[str, Any]) -> str:
         lines += _metric_table(rows, datasets, metric, title)
     lines += _span_table(rows)
     lines += _time_table(rows, datasets)
-    lines += ["## Sampling and sizes", ""]
+    lines += ["### Sampling and sizes", ""]
     for dataset in datasets:
         cell = next((m[dataset] for r in rows.values() for m in r.values() if dataset in m), None)
         if cell:
@@ -215,13 +275,11 @@ def markdown(payload: dict[str, Any]) -> str:
             lines.append(
                 f"- {dataset}: {cell['queries']} queries, {cell['documents']} documents; {notes}"
             )
-    lines += ["", "## Encoders not in the table", ""]
-    lines += [f"- `{name}`: {why}" for name, why in payload["skipped"].items()] or ["- none"]
-    return "\n".join(lines) + "\n"
+    return [*lines, ""]
 
 
 def _metric_table(rows: dict[str, Any], datasets: list[str], metric: str, title: str) -> list[str]:
-    lines = [f"## {title}", "", "| encoder | mode | " + " | ".join(datasets) + " |"]
+    lines = [f"### {title}", "", "| encoder | mode | " + " | ".join(datasets) + " |"]
     lines.append("|---|---|" + "---|" * len(datasets))
     for encoder, modes in rows.items():
         for mode, cells in modes.items():
@@ -231,7 +289,7 @@ def _metric_table(rows: dict[str, Any], datasets: list[str], metric: str, title:
 
 
 def _hybrid_section(checks: list[dict[str, Any]]) -> list[str]:
-    lines = [f"## Hybrid against the better leg (nDCG@10; pass: margin >= -{TOLERANCE})", ""]
+    lines = [f"### Hybrid against the better leg (nDCG@10; pass: margin >= -{TOLERANCE})", ""]
     lines += [
         "| encoder | dataset | lexical | vector | hybrid | margin | pass |",
         "|---|---|---|---|---|---|---|",
@@ -246,7 +304,7 @@ def _hybrid_section(checks: list[dict[str, Any]]) -> list[str]:
 
 def _span_table(rows: dict[str, Any]) -> list[str]:
     lines = [
-        "## CUAD: answer span in a top-k passage (chunk level)",
+        "### CUAD: answer span in a top-k passage (chunk level)",
         "",
         "| encoder | mode | hit@1 | hit@5 | hit@10 |",
         "|---|---|---|---|---|",
@@ -267,7 +325,7 @@ def _span_table(rows: dict[str, Any]) -> list[str]:
 
 def _time_table(rows: dict[str, Any], datasets: list[str]) -> list[str]:
     lines = [
-        "## Wall time per cell: index (shared by a corpus's modes and datasets) + search, seconds",
+        "### Wall time per cell: index (shared by a corpus's modes and datasets) + search, seconds",
         "",
     ]
     lines += [
@@ -303,48 +361,77 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-queries", type=int, help="override every group's query sample")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-reference", action="store_true", help="skip the rank-bm25 row")
+    parser.add_argument(
+        "--compare-rrf", action="store_true", help="add a hybrid row fused by plain RRF (k=60)"
+    )
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for quality.{json,md}")
+    parser.add_argument(
+        "--tiers", default="main,small", help="main (fast encoders), small (every encoder)"
+    )
     return parser.parse_args()
 
 
-def select_groups(names: str | None) -> list[Group]:
+def select_groups(table: tuple[Group, ...], names: str | None) -> list[Group]:
     if not names:
-        return list(TABLE)
+        return list(table)
     wanted = set(names.split(","))
-    unknown = wanted - set(dataset_names(TABLE))
+    unknown = wanted - set(dataset_names(table))
     if unknown:
-        sys.exit(f"unknown datasets {sorted(unknown)}; choose from {dataset_names(TABLE)}")
+        sys.exit(f"unknown datasets {sorted(unknown)}; choose from {dataset_names(table)}")
     return [
         Group(g.corpus, tuple(d for d in g.datasets if d[0] in wanted), g.max_docs, g.max_queries)
-        for g in TABLE
+        for g in table
         if any(d[0] in wanted for d in g.datasets)
     ]
 
 
-def main() -> None:
-    args = parse_args()
-    args.cache.mkdir(parents=True, exist_ok=True)
-    info = machine()
-    groups = select_groups(args.datasets)
+def run_tier(
+    groups: list[Group], encoders: list[str], lexical: bool, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Rows for the reference, the lexical-only index and `encoders` over `groups`."""
     modes = [m for m in MODES if m in args.modes.split(",")]
-    wanted = args.encoders.split(",") if args.encoders else None
-    encoders, skipped = probe_encoders([w for w in wanted if w != LEXICAL_ONLY] if wanted else None)
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     if not args.no_reference:
         rows[REFERENCE] = {"lexical": run_reference(groups, args)}
-    if wanted is None or LEXICAL_ONLY in wanted:
+    if lexical:
         rows[LEXICAL_ONLY] = run_encoder(LEXICAL_ONLY, groups, ["lexical"], args)
     for encoder in encoders:
         rows[encoder] = run_encoder(encoder, groups, modes, args)
+    datasets = [name for g in groups for name, _ in g.datasets]
+    return {"datasets": datasets, "rows": rows, "hybrid_checks": hybrid_checks(rows)}
+
+
+def main() -> None:
+    args = parse_args()
+    args.small = False
+    args.cache.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    wanted = args.encoders.split(",") if args.encoders else None
+    encoders, skipped = probe_encoders([w for w in wanted if w != LEXICAL_ONLY] if wanted else None)
+    lexical = wanted is None or LEXICAL_ONLY in wanted
+    fast = [e for e in encoders if e in FAST]
+    slow = [e for e in encoders if e not in FAST]
+    tiers: dict[str, Any] = {}
+    if "main" in args.tiers:
+        tier = run_tier(select_groups(TABLE, args.datasets), fast, lexical, args)
+        tiers["main"] = tier | {"title": "Main table", "about": MAIN_ABOUT}
+    if "small" in args.tiers and slow:
+        small_args = argparse.Namespace(
+            **{**vars(args), "max_docs": None, "max_queries": None, "small": True}
+        )
+        tier = run_tier(select_groups(SMALL, args.datasets), [*fast, *slow], lexical, small_args)
+        tiers["small"] = tier | {
+            "title": "Small-sample table (every encoder)",
+            "about": SMALL_ABOUT,
+        }
     payload = {
         "machine": info,
         "command": "python " + " ".join(sys.argv),
-        "datasets": [name for g in groups for name, _ in g.datasets],
-        "rows": rows,
+        "fusion": _fusion_text(),
+        "tiers": tiers,
         "skipped": skipped,
     }
-    payload["hybrid_checks"] = hybrid_checks(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "quality.json").write_text(json.dumps(payload, indent=2) + "\n")
     (args.out / "quality.md").write_text(markdown(payload))
