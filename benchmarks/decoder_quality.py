@@ -59,6 +59,9 @@ def kv_suite(model: str) -> list[Variant]:
     ]
 
 
+MIDDLE_LAYERS = {"smollm2-135m": [14, 15, 16], "gemma3-270m": [8, 9, 10]}  # of 30 and 18 layers
+
+
 def ablation_suite(model: str) -> list[Variant]:
     base = {"model": model}
     return [
@@ -66,6 +69,7 @@ def ablation_suite(model: str) -> list[Variant]:
         ("bias 0", "kv-embedding", base | {"bias": 0.0}),
         ("bias 3", "kv-embedding", base | {"bias": 3.0}),
         ("early layers 1-3", "kv-embedding", base | {"layers": [1, 2, 3]}),
+        ("middle layers", "kv-embedding", base | {"layers": MIDDLE_LAYERS.get(model, [8, 9, 10])}),
         ("pooling mean", "kv-embedding", base | {"pooling": "mean"}),
         ("pooling last", "kv-embedding", base | {"pooling": "last"}),
         (
