@@ -140,6 +140,8 @@ def run_loss(
     record["command"] = command_line(args, train, loss)
     mined = settings.mined_negatives()
     record["name"] = f"{loss} ({mined} mined + {args.negatives - mined} random negatives)"
+    if args.label:
+        record["name"] += f", {args.label}"
     return record
 
 
@@ -174,7 +176,7 @@ def summarise(record: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
     out["settings"] = record["settings"]
     out["data"] = record["data"]
     before, after = record["evaluation"]["before"], record["evaluation"]["after"]
-    out["after"] = strip(after)
+    out["before"], out["after"] = strip(before), strip(after)  # hybrid depends on the fusion
     out["paired"] = {
         mode: paired(before[mode][PER_QUERY], after[mode][PER_QUERY]) for mode in after
     }
@@ -231,6 +233,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--label", help="added to the run names, to keep runs of other settings")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -322,7 +325,7 @@ def render(results: dict[str, Any]) -> str:
             for mode in ("vector", "hybrid"):
                 p = run["paired"][mode]
                 cells += [
-                    _cell(entry["before"], mode), _cell(run["after"], mode),
+                    _cell(run.get("before") or entry["before"], mode), _cell(run["after"], mode),
                     f"{p['better']}/{p['worse']}", f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]",
                 ]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
