@@ -313,7 +313,9 @@ def render(results: dict[str, Any]) -> str:
         "Within a dataset every run trained on the same sampled pairs for the same training-time",
         "budget (`--minutes`), on a 2-core machine shared with other jobs (step times vary).",
         "better/worse: queries whose nDCG@10 rose / fell; CI: paired bootstrap 95% interval of",
-        "the mean change.",
+        "the mean change. Each run's `before` was measured with the search defaults of its day:",
+        "runs whose hybrid before differs used plain RRF fusion (the default until 2026-11-30),",
+        "later ones the tuned maxnorm fusion; compare each run's after with its own before.",
         "",
         "| dataset | run | steps | train s | vector before | after | better/worse | CI | "
         "hybrid before | after | better/worse | CI |",
