@@ -94,6 +94,21 @@ def copy_samples(target: Path) -> Path:
     return target
 
 
+def index_samples(folder: Path) -> str:
+    """A copy of the sample corpus under `folder`, indexed as collection 'samples' with the
+    hashing fake encoder (120-token chunks); returns the database path."""
+    from docsearch.indexer.collection import prepare
+    from docsearch.indexer.pipeline import index_folder
+
+    root = copy_samples(folder / "samples")
+    db = str(folder / "db")
+    p = prepare(db, "samples", encoder_name="hashing", options={"max_tokens": 120},
+                default_encoder="hashing", cap=None, overlap=0)  # fmt: skip
+    report = index_folder(root, p.store, p.encoder, p.chunker)
+    assert not report.failed
+    return db
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

@@ -6,28 +6,13 @@ import pytest
 
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion, minmax, ranks, rrf
-from docsearch.indexer.collection import prepare
-from docsearch.indexer.pipeline import index_folder
 from docsearch.retriever import Retriever, build_where
-from tests.helpers import copy_samples
+from tests.helpers import index_samples
 
 
 @pytest.fixture(scope="module")
 def samples_db(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = copy_samples(tmp_path_factory.mktemp("ret") / "samples")
-    db = str(root.parent / "db")
-    p = prepare(
-        db,
-        "samples",
-        encoder_name="hashing",
-        options={"max_tokens": 120},
-        default_encoder="hashing",
-        cap=None,
-        overlap=0,
-    )
-    report = index_folder(root, p.store, p.encoder, p.chunker)
-    assert not report.failed
-    return db
+    return index_samples(tmp_path_factory.mktemp("ret"))
 
 
 def test_hybrid_reports_rank_and_score_per_leg(samples_db: str) -> None:
