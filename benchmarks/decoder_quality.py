@@ -35,6 +35,7 @@ from eval_sets import (
     load_group,
     machine,
     machine_lines,
+    write_results,
 )
 
 from docsearch.evaluation import EvalIndex
@@ -187,7 +188,7 @@ def main() -> None:
     if args.only:
         wanted = set(args.only.split(","))
         variants = [v for v in variants if v[0] in wanted]
-    started = time.perf_counter()
+    started, info = time.perf_counter(), machine()
     rows = []
     stem = f"decoder_quality_{args.suite}_{args.model}"
     for variant in variants:
@@ -196,17 +197,13 @@ def main() -> None:
             "suite": args.suite,
             "model": args.model,
             "cap": args.cap,
-            "machine": machine(),
+            "machine": info,
             "command": "python " + " ".join(sys.argv),
             "datasets": [name for g in SAMPLES for name, _ in g.datasets],
             "rows": rows,
             "seconds": round(time.perf_counter() - started, 1),
         }
-        args.out.mkdir(
-            parents=True, exist_ok=True
-        )  # written after each variant: partial runs count
-        (args.out / f"{stem}.json").write_text(json.dumps(payload, indent=2) + "\n")
-        (args.out / f"{stem}.md").write_text(markdown(payload))
+        write_results(args.out, stem, payload, markdown(payload))  # after each variant
     print((args.out / f"{stem}.md").read_text())
 
 

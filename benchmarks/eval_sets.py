@@ -10,6 +10,7 @@ fusion change does not embed anything again.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -155,3 +156,10 @@ def machine_lines(info: dict[str, Any], command: str) -> list[str]:
         f"{gpu}; {info['platform']}; Python {info['python']}, torch {info['torch']}",
         f"- command: `{command}`",
     ]
+
+
+def write_results(folder: Path, stem: str, payload: dict[str, Any], markdown: str) -> None:
+    """`folder/stem.json` (the payload) and `folder/stem.md` (its table)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    (folder / f"{stem}.md").write_text(markdown)

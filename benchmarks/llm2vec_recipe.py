@@ -19,14 +19,13 @@ the results as "does the training path move quality at all here", not as the pap
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from eval_sets import DATA, RESULTS, machine, machine_lines
+from eval_sets import DATA, RESULTS, machine, machine_lines, write_results
 
 from docsearch.corpora.beir import load_beir
 
@@ -183,9 +182,7 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
     }
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "llm2vec_recipe.json").write_text(json.dumps(payload, indent=2) + "\n")
-    (args.results / "llm2vec_recipe.md").write_text(markdown(payload))
+    write_results(args.results, "llm2vec_recipe", payload, markdown(payload))
     print(markdown(payload))
 
 

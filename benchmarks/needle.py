@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from eval_sets import DATA, DEFAULT_CACHE, RESULTS, machine, machine_lines
+from eval_sets import DATA, DEFAULT_CACHE, RESULTS, machine, machine_lines, write_results
 from quality import LEXICAL_ONLY, probe_encoders
 
 from docsearch.corpora.beir import RetrievalSet, load_beir
@@ -158,9 +157,7 @@ def main() -> None:
         "rows": rows,
         "skipped": skipped,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "needle.json").write_text(json.dumps(payload, indent=2) + "\n")
-    (args.out / "needle.md").write_text(markdown(payload))
+    write_results(args.out, "needle", payload, markdown(payload))
     print(markdown(payload))
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import re
 import sys
 import time
@@ -35,6 +34,7 @@ from eval_sets import (
     load_group,
     machine,
     machine_lines,
+    write_results,
 )
 
 from docsearch.corpora.beir import RetrievalSet
@@ -132,7 +132,11 @@ def small_options(encoder: str) -> dict[str, Any]:
 
 
 def run_encoder(
-    encoder: str, groups: list[Group], modes: list[str], args: argparse.Namespace
+    encoder: str,
+    groups: list[Group],
+    modes: list[str],
+    args: argparse.Namespace,
+    small: bool = False,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """{mode: {dataset: cell}} for one encoder over every selected dataset."""
     if args.compare_rrf and "hybrid" in modes:
@@ -140,8 +144,8 @@ def run_encoder(
     out: dict[str, dict[str, dict[str, Any]]] = {m: {} for m in modes}
     for group in groups:
         index_set, sets = load_group(group, args.max_docs, args.max_queries, args.seed)
-        options = small_options(encoder) if args.small else {}
-        cap = SMALL_CAP if args.small and encoder not in FAST else None
+        options = small_options(encoder) if small else {}
+        cap = SMALL_CAP if small and encoder not in FAST else None
         with EvalIndex(
             index_set, encoder=encoder, options=options, cap=cap, cache=args.cache
         ) as index:
@@ -387,7 +391,11 @@ def select_groups(table: tuple[Group, ...], names: str | None) -> list[Group]:
 
 
 def run_tier(
-    groups: list[Group], encoders: list[str], lexical: bool, args: argparse.Namespace
+    groups: list[Group],
+    encoders: list[str],
+    lexical: bool,
+    args: argparse.Namespace,
+    small: bool = False,
 ) -> dict[str, Any]:
     """Rows for the reference, the lexical-only index and `encoders` over `groups`."""
     modes = [m for m in MODES if m in args.modes.split(",")]
@@ -395,16 +403,15 @@ def run_tier(
     if not args.no_reference:
         rows[REFERENCE] = {"lexical": run_reference(groups, args)}
     if lexical:
-        rows[LEXICAL_ONLY] = run_encoder(LEXICAL_ONLY, groups, ["lexical"], args)
+        rows[LEXICAL_ONLY] = run_encoder(LEXICAL_ONLY, groups, ["lexical"], args, small)
     for encoder in encoders:
-        rows[encoder] = run_encoder(encoder, groups, modes, args)
+        rows[encoder] = run_encoder(encoder, groups, modes, args, small)
     datasets = [name for g in groups for name, _ in g.datasets]
     return {"datasets": datasets, "rows": rows, "hybrid_checks": hybrid_checks(rows)}
 
 
 def main() -> None:
     args = parse_args()
-    args.small = False
     args.cache.mkdir(parents=True, exist_ok=True)
     info = machine()
     wanted = args.encoders.split(",") if args.encoders else None
@@ -417,10 +424,9 @@ def main() -> None:
         tier = run_tier(select_groups(TABLE, args.datasets), fast, lexical, args)
         tiers["main"] = tier | {"title": "Main table", "about": MAIN_ABOUT}
     if "small" in args.tiers and slow:
-        small_args = argparse.Namespace(
-            **{**vars(args), "max_docs": None, "max_queries": None, "small": True}
-        )
-        tier = run_tier(select_groups(SMALL, args.datasets), [*fast, *slow], lexical, small_args)
+        small_args = argparse.Namespace(**{**vars(args), "max_docs": None, "max_queries": None})
+        groups = select_groups(SMALL, args.datasets)
+        tier = run_tier(groups, [*fast, *slow], lexical, small_args, small=True)
         tiers["small"] = tier | {
             "title": "Small-sample table (every encoder)",
             "about": SMALL_ABOUT,
@@ -432,9 +438,7 @@ def main() -> None:
         "tiers": tiers,
         "skipped": skipped,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quality.json").write_text(json.dumps(payload, indent=2) + "\n")
-    (args.out / "quality.md").write_text(markdown(payload))
+    write_results(args.out, "quality", payload, markdown(payload))
     print(markdown(payload))
 
 
