@@ -165,7 +165,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--adapters", type=Path, default=Path.home() / ".cache" / "docsearch" / "llm2vec-recipe"
     )
-    parser.add_argument("--only", help="comma-separated variant labels to run (default: all)")
+    parser.add_argument(
+        "--only",
+        help="semicolon-separated variant labels to run (labels contain commas; default: all)",
+    )
     parser.add_argument("--cap", type=int, default=SMALL_CAP, help="chunk size cap in tokens")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
@@ -186,7 +189,12 @@ def main() -> None:
     }
     variants = suites[args.suite]()
     if args.only:
-        wanted = set(args.only.split(","))
+        wanted = {label.strip() for label in args.only.split(";")}
+        unknown = wanted - {v[0] for v in variants}
+        if unknown:
+            sys.exit(
+                f"error: unknown variant(s) {sorted(unknown)}; known: {[v[0] for v in variants]}"
+            )
         variants = [v for v in variants if v[0] in wanted]
     started, info = time.perf_counter(), machine()
     rows = []
