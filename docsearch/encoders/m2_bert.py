@@ -44,8 +44,9 @@ DEFAULT_MODEL = "togethercomputer/m2-bert-80M-32k-retrieval"
 # The released checkpoints were trained with this tokenizer (vocab 30522, padded to 30528).
 DEFAULT_TOKENIZER = "google-bert/bert-base-uncased"
 PADDINGS = ("max_length", "pow2")
-# The mixer's channel-wise work (gating, two FFT convolutions) runs this many channels at a time,
-# so a block's 2L-point spectra stay in cache: measured 2x faster convolutions at 32k tokens.
+# The mixer runs this many channels at a time, from their rows of in_linear through the short conv,
+# the kernels and both FFT convolutions, so every tensor it makes is a block wide: at 32k tokens
+# that took a forward from 89 s to 41 s (benchmarks/m2_scaling.py).
 CHANNEL_BLOCK = 64
 # The GLU MLP runs this many positions at a time: its (L, 2 x 3072) intermediate is 400 MB at
 # 32k tokens in bfloat16, and a tensor that size costs more per element (page faults, no cache).
