@@ -73,23 +73,61 @@ def shape_peak(config: Any, tokens: int = 2048) -> float:
     return 2 * tokens * config.hidden_size * config.intermediate_size / seconds / 1e9
 
 
-def forward_flops(config: Any, rows: int, length: int) -> float:
-    """Model FLOPs of one forward without the LM head: linear layers plus causal attention."""
+def linear_flops(config: Any, rows: int, length: int) -> float:
+    """FLOPs of the linear layers of one forward (attention projections and MLP; no LM head)."""
     hidden, layers = config.hidden_size, config.num_hidden_layers
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     per_layer = (
         hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * config.intermediate_size
     )
-    flops = 2.0 * per_layer * layers * rows * length
-    types = getattr(config, "layer_types", None) or ["full_attention"] * layers
+    return 2.0 * per_layer * layers * rows * length
+
+
+def attention_flops(config: Any, rows: int, length: int) -> float:
+    """FLOPs of causal attention (QK^T and AV) in one forward; sliding layers over their window."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
     window = getattr(config, "sliding_window", None) or length
+    flops = 0.0
     for kind in types:
         # Each query attends to min(i + 1, span) keys; two matmuls (QK^T, AV) of 2 FLOPs per MAC.
         span = min(window, length) if kind == "sliding_attention" else length
         keys = span * (span + 1) / 2 + (length - span) * span
         flops += 4.0 * keys * head_dim * heads * rows
     return flops
+
+
+def forward_flops(config: Any, rows: int, length: int) -> float:
+    """Model FLOPs of one forward without the LM head: linear layers plus causal attention."""
+    return linear_flops(config, rows, length) + attention_flops(config, rows, length)
+
+
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+
+
+def time_breakdown(model: Any, inputs: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Where one plain forward's CPU time goes (profiler self time): the linear layers' matmuls,
+    the attention kernel, everything else (norms, RoPE, activations, copies); and the GFLOP/s
+    of the first two, which says which one keeps the forward from the matmul peak."""
+    from torch.profiler import profile
+
+    with torch.inference_mode(), profile() as prof:
+        model(**inputs)
+    seconds = {"matmul": 0.0, "attention": 0.0, "other": 0.0}
+    for event in prof.key_averages():
+        kind = "matmul" if event.key in MATMUL_OPS else "other"
+        kind = "attention" if "attention" in event.key else kind
+        seconds[kind] += event.self_cpu_time_total / 1e6
+    total = sum(seconds.values())
+    rows, length = inputs["input_ids"].shape
+    config = model.config
+    return {
+        **{f"{k}_share": v / total for k, v in seconds.items()},
+        "matmul_gflops": linear_flops(config, rows, length) / seconds["matmul"] / 1e9,
+        "attention_gflops": attention_flops(config, rows, length) / seconds["attention"] / 1e9,
+    }
 
 
 def prose(tokenizer: Any, length: int, rows: int) -> list[str]:
@@ -198,6 +236,7 @@ def run_model(model: str, lengths: list[int], encoder_lengths: list[int], peak: 
         flops = forward_flops(kv.model.config, rows, entry["forward_tokens"] // rows)
         entry.update(rows=rows, gflops_per_s=flops / entry["plain_s"] / 1e9)
         entry["share_of_bf16_peak"] = entry["gflops_per_s"] / peak
+        entry["breakdown"] = time_breakdown(kv.model, batch(kv, kv.document_template, texts))
         if length in encoder_lengths:
             entry["encoders"] = encoder_level(encoders, texts, 1 if length > 2048 else 2)
         report["lengths"][str(length)] = entry
@@ -260,6 +299,20 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {length} | {e['rows']} | {e['plain_forward_tokens_per_s']:.0f} | "
                 f"{e['share_of_bf16_peak']:.0%} | {e['kv_over_plain']:.3f} | {e['echo_over_plain']:.2f} |"
             )
+        lines += [
+            "",
+            "Where the plain forward's time goes (profiler self time) and what each part reaches:",
+            "",
+            "| L | linear matmuls | attention kernel | other ops | matmul GFLOP/s | attention GFLOP/s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for length, e in rep["lengths"].items():
+            b = e.get("breakdown")
+            if b:
+                lines.append(
+                    f"| {length} | {b['matmul_share']:.0%} | {b['attention_share']:.0%} | "
+                    f"{b['other_share']:.0%} | {b['matmul_gflops']:.0f} | {b['attention_gflops']:.0f} |"
+                )
         with_enc = {k: v for k, v in rep["lengths"].items() if "encoders" in v}
         if with_enc:
             lines += ["", "Encoder level, content tokens/s (`encode_documents`, all steps):", ""]
