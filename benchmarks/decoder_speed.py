@@ -230,7 +230,7 @@ def run_model(model: str, lengths: list[int], encoder_lengths: list[int], peak: 
         kv.model(**batch(kv, kv.document_template, prose(kv.tokenizer, 256, 2)))
     for length in lengths:
         rows = max(1, 2048 // length)
-        reps = 3 if length <= 512 else 2
+        reps = 3  # interleaved plain and re-routed forwards; the best of each is kept
         texts = prose(kv.tokenizer, length, rows)
         entry = model_level(kv, echo_template, texts, reps)
         flops = forward_flops(kv.model.config, rows, entry["forward_tokens"] // rows)
