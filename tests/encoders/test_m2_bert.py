@@ -92,6 +92,23 @@ def test_parity_with_reference_outputs(reference_model: M2BertModel, suffix: str
     torch.testing.assert_close(pooled, expected[f"pooled_output{suffix}"], atol=ATOL, rtol=0)
 
 
+def test_channel_and_position_blocks_do_not_change_the_outputs(
+    reference_model: M2BertModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The long-sequence blocking (mixer channels, MLP positions) splits work, never results:
+    with uneven blocks (64 channels as 24 + 24 + 16, 128 positions as 48 + 48 + 32) the model
+    still reproduces the reference outputs."""
+    from docsearch.encoders import m2_bert
+
+    monkeypatch.setattr(m2_bert, "CHANNEL_BLOCK", 24)
+    monkeypatch.setattr(m2_bert, "ROW_BLOCK", 48)
+    ids, expected = _fixture("inputs")["input_ids"], _fixture("outputs")
+    with torch.no_grad():
+        hidden, pooled = reference_model(ids)
+    torch.testing.assert_close(hidden, expected["last_hidden_state"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(pooled, expected["pooled_output"], atol=ATOL, rtol=0)
+
+
 def test_parity_of_layer_zero_intermediates(reference_model: M2BertModel) -> None:
     ids, inter = _fixture("inputs")["input_ids"], _fixture("intermediates")
     with torch.no_grad():
