@@ -295,9 +295,16 @@ class ImplicitFilter(nn.Module):
         h_fwd, h_rev = features if features is not None else self.features(length)
         t = self.pos_emb.t[0, :length, 0]  # (L,)
         decay = torch.exp(-self.modulation.deltas[0, 0, channels, None].abs() * t)  # (d, L)
-        k_fwd = (self.implicit_filter[-1].weight[channels] @ h_fwd) * decay
-        k_rev = (self.implicit_filter_rev[-1].weight[channels] @ h_rev) * decay
+        k_fwd = (_output_weight(self.implicit_filter)[channels] @ h_fwd) * decay
+        k_rev = (_output_weight(self.implicit_filter_rev)[channels] @ h_rev) * decay
         return k_fwd, k_rev
+
+
+def _output_weight(mlp: nn.Sequential) -> torch.Tensor:
+    """The (d, order) weight of a filter MLP's last, bias-free linear."""
+    last = mlp[-1]
+    assert isinstance(last, nn.Linear)
+    return last.weight
 
 
 class MonarchMixerSequenceMixing(nn.Module):
@@ -346,8 +353,9 @@ class MonarchMixerSequenceMixing(nn.Module):
             [torch.arange(d0 + c.start, d0 + c.stop) for d0 in (0, self.d, 2 * self.d)]
         )
         z = torch.matmul(self.in_linear.weight[rows], u) + self.in_linear.bias[rows, None]
-        conv = self.short_filter
-        z = F.conv1d(z, conv.weight[rows], conv.bias[rows], padding=2, groups=len(rows))
+        conv_weight, conv_bias = self.short_filter.weight, self.short_filter.bias
+        assert conv_bias is not None
+        z = F.conv1d(z, conv_weight[rows], conv_bias[rows], padding=2, groups=len(rows))
         return z[..., : u.shape[-1]].split(c.stop - c.start, dim=1)  # causal: t sees t-2..t
 
 
