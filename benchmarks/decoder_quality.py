@@ -74,6 +74,11 @@ def ablation_suite(model: str) -> list[Variant]:
         ("pooling mean", "kv-embedding", base | {"pooling": "mean"}),
         ("pooling last", "kv-embedding", base | {"pooling": "last"}),
         (
+            "middle layers + pooling last",
+            "kv-embedding",
+            base | {"layers": MIDDLE_LAYERS.get(model, [8, 9, 10]), "pooling": "last"},
+        ),
+        (
             "no prompt",
             "kv-embedding",
             base | {"document_template": "{text}", "query_template": "{text}"},
