@@ -65,18 +65,19 @@ MIDDLE_LAYERS = {"smollm2-135m": [14, 15, 16], "gemma3-270m": [8, 9, 10]}  # of 
 
 def ablation_suite(model: str) -> list[Variant]:
     base = {"model": model}
+    middle = MIDDLE_LAYERS.get(model, [8, 9, 10])
     return [
         ("KV-Embedding (defaults)", "kv-embedding", base),
         ("bias 0", "kv-embedding", base | {"bias": 0.0}),
         ("bias 3", "kv-embedding", base | {"bias": 3.0}),
         ("early layers 1-3", "kv-embedding", base | {"layers": [1, 2, 3]}),
-        ("middle layers", "kv-embedding", base | {"layers": MIDDLE_LAYERS.get(model, [8, 9, 10])}),
+        ("middle layers", "kv-embedding", base | {"layers": middle}),
         ("pooling mean", "kv-embedding", base | {"pooling": "mean"}),
         ("pooling last", "kv-embedding", base | {"pooling": "last"}),
         (
             "middle layers + pooling last",
             "kv-embedding",
-            base | {"layers": MIDDLE_LAYERS.get(model, [8, 9, 10]), "pooling": "last"},
+            base | {"layers": middle, "pooling": "last"},
         ),
         (
             "no prompt",

@@ -170,6 +170,7 @@ def model_level(kv: Any, echo_template: str, texts: list[str], reps: int) -> dic
         "kv_over_plain": rerouted / plain,
         "echo_over_plain": echo / plain,
         "plain_forward_tokens_per_s": forward_tokens / plain,
+        "breakdown": time_breakdown(kv.model, inputs),
     }
 
 
@@ -236,7 +237,6 @@ def run_model(model: str, lengths: list[int], encoder_lengths: list[int], peak: 
         flops = forward_flops(kv.model.config, rows, entry["forward_tokens"] // rows)
         entry.update(rows=rows, gflops_per_s=flops / entry["plain_s"] / 1e9)
         entry["share_of_bf16_peak"] = entry["gflops_per_s"] / peak
-        entry["breakdown"] = time_breakdown(kv.model, batch(kv, kv.document_template, texts))
         if length in encoder_lengths:
             entry["encoders"] = encoder_level(encoders, texts, 1 if length > 2048 else 2)
         report["lengths"][str(length)] = entry
