@@ -67,9 +67,9 @@ def keep_queries(rset: RetrievalSet, qids: set[str], note: str) -> RetrievalSet:
     return replace(rset, queries=queries, qrels=qrels, notes=[*rset.notes, note])
 
 
-def qmsum_eval(meetings: int, extra: int, seed: int) -> RetrievalSet:
+def qmsum_eval(meetings: int, extra: int, seed: int, data: Path = DATA / "qmsum") -> RetrievalSet:
     """Test queries of `meetings` sampled test meetings, over them plus `extra` other meetings."""
-    rset = load_beir(DATA / "qmsum", "test")
+    rset = load_beir(data, "test")
     chosen = set(random.Random(seed).sample(sorted(rset.judged()), meetings))
     qids = {q for q in rset.queries if {d for d, g in rset.qrels[q].items() if g > 0} <= chosen}
     rset = keep_queries(rset, qids, f"test queries of {meetings} sampled test meetings")
@@ -234,6 +234,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--label", help="added to the run names, to keep runs of other settings")
+    parser.add_argument("--from-gpu", type=Path, help="sweep.json of benchmarks/finetune_gpu.py")
+    parser.add_argument("--gpu-model", type=Path, help="the model `finetune_gpu.py apply` wrote")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -244,7 +246,10 @@ def main() -> None:
         if args.dry_run:
             dry_run(train, rset, kw, args)
             return
-        entry = run_dataset(args, losses, train, rset, kw, work)
+        if args.from_gpu:
+            entry = gpu_entry(args, rset)
+        else:
+            entry = run_dataset(args, losses, train, rset, kw, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     save(args.dataset, entry)
@@ -254,8 +259,7 @@ def run_dataset(
     args: argparse.Namespace, losses: list[str], train: Path, rset: RetrievalSet,
     kw: dict[str, Any], work: Path,
 ) -> dict[str, Any]:  # fmt: skip
-    eval_set = f"{rset.name}: {len(rset.queries)} queries, {len(rset.corpus)} documents; "
-    eval_set += "; ".join(rset.notes)
+    eval_set = eval_set_label(rset)
     before = known_before(args.dataset, eval_set)
     runs = []
     for loss in losses:
@@ -267,6 +271,45 @@ def run_dataset(
         "dataset": args.dataset, "eval_set": eval_set, "before": strip(before),
         "before_per_query": per_query, "runs": runs,
         "hardware": f"{platform.machine()} CPU ({platform.processor() or 'unknown'})",
+    }  # fmt: skip
+
+
+def eval_set_label(rset: RetrievalSet) -> str:
+    return f"{rset.name}: {len(rset.queries)} queries, {len(rset.corpus)} documents; " + "; ".join(
+        rset.notes
+    )
+
+
+def gpu_entry(args: argparse.Namespace, rset: RetrievalSet) -> dict[str, Any]:
+    """The chosen run of a GPU sweep (benchmarks/finetune_gpu.py), evaluated here with the real
+    pipeline: "before" is its fp16-rounded start (the weights that travelled), "after" the
+    rebuilt model."""
+    from docsearch.training.finetune import evaluate
+
+    if args.gpu_model is None:
+        raise SystemExit("--from-gpu needs --gpu-model (the folder `finetune_gpu.py apply` wrote)")
+    sweep = json.loads(args.from_gpu.read_text())
+    chosen = next(r for r in sweep["runs"] if r["name"] == sweep["delta"]["run"])
+    start = args.gpu_model.with_name(args.gpu_model.name + "-start")
+    printer = Printer()
+    before = evaluate(ENCODER, {"model": str(start)}, rset, printer, "before (fp16 start)")
+    after = evaluate(
+        ENCODER, {"model": MODEL, "adapter": str(args.gpu_model)}, rset, printer, "after"
+    )
+    record = {
+        **chosen, "name": f"{chosen['name']} [{sweep['device']}, all train queries]",
+        "loss": chosen["settings"]["loss"], "wall_seconds": chosen["seconds"],
+        "evaluation": {"before": before, "after": after},
+        "command": "python benchmarks/finetune_gpu.py sweep (see its docstring)",
+    }  # fmt: skip
+    run = summarise(record, args)
+    run["hardware"] = chosen["hardware"]
+    label = eval_set_label(rset)
+    old = known_before(args.dataset, label)
+    return {
+        "dataset": args.dataset, "eval_set": label, "before": strip(old or before),
+        "before_per_query": {m: v[PER_QUERY] for m, v in (old or before).items()},
+        "runs": [run], "hardware": f"{platform.machine()} CPU ({platform.processor() or 'unknown'})",
     }  # fmt: skip
 
 
@@ -341,12 +384,15 @@ def render(results: dict[str, Any]) -> str:
                 f"{settings['batch_size']} x {settings['grad_accum']}, bf16 {settings['bf16']}; "
                 f"{run['steps']} steps in {run['seconds']:.0f} s ({run['stopped'] or 'finished'}),"
                 f" {run['wall_seconds']:.0f} s with data and evaluation; loss (first, last 3 "
-                f"steps) {_losses(run['loss_first_last'])}; {entry['hardware']}, "
-                f"{run['threads']} threads, {run['date']}",
+                f"steps) {_losses(run['loss_first_last'])}; {_where(run, entry)}, {run['date']}",
                 f"  - `{run['benchmark']}`",
                 f"  - equivalent CLI: `{run['command']}`",
             ]
     return "\n".join(lines) + "\n"
+
+
+def _where(run: dict[str, Any], entry: dict[str, Any]) -> str:
+    return run.get("hardware") or f"{entry['hardware']}, {run['threads']} threads"
 
 
 def _losses(pair: list[list[float]]) -> str:
