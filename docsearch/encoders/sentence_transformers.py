@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.device import resolve_device
 from docsearch.encoders.weights import resolve_model, split_revision
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -44,7 +45,9 @@ class SentenceTransformerEncoder:
         folder = resolve_model(adapter or model)
         _, revision = split_revision(model)
         self.revision = revision
-        self._model = SentenceTransformer(str(folder), device=device or "cpu")
+        # Like every family: a visible GPU unless told otherwise (an explicit device is checked).
+        self.device = resolve_device(device)
+        self._model = SentenceTransformer(str(folder), device=self.device)
         if max_tokens:  # a cap below the model's own limit
             self._model.max_seq_length = min(max_tokens, self._model.max_seq_length or max_tokens)
         self.batch_size = batch_size

@@ -61,3 +61,14 @@ def test_a_local_folder_works_and_a_missing_model_is_a_clear_error(tmp_path: Pat
         get_encoder("sentence-transformers", model="someone/not-cached-anywhere")
     with pytest.raises(EncoderUnavailableError, match="does not exist"):
         get_encoder("sentence-transformers", model=str(tmp_path / "missing" / "model"))
+
+
+def test_device_is_chosen_like_every_other_family(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No device given: a visible GPU, else the CPU; an explicit GPU on a machine without one is
+    a one-line error before any weights load (it used to be pinned to the CPU)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert get_encoder("sentence-transformers").device == "cpu"
+    with pytest.raises(EncoderUnavailableError, match="--device cuda needs a CUDA GPU"):
+        get_encoder("sentence-transformers", device="cuda")
