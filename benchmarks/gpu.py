@@ -37,6 +37,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))  # decoder_speed: the decoders' FLOP counts
 
 from docsearch.encoders.base import get_encoder  # noqa: E402
 from docsearch.encoders.device import flash_attn_available, flash_attn_installed  # noqa: E402
@@ -318,6 +319,62 @@ def measure_case(case: Case, run: Run) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Efficiency: the decoders' plain forward against the measured matmul rate
+
+
+FORWARD_LENGTHS = (512, 2048, 8192)  # issue 4's lengths
+
+
+def plain_forward(folders: dict[str, Path], run: Run) -> list[dict[str, Any]]:
+    """TFLOP/s of each decoder's plain forward (SDPA, bf16; what KV-Embedding costs 1.00x of)
+    and its share of the measured bf16 matmul rate. FLOPs: decoder_speed's count (linear
+    layers and causal attention, sliding windows honoured; no LM head)."""
+    from decoder_speed import attention_flops, linear_flops
+    from transformers import AutoModel
+
+    dtype = torch.float32 if run.smoke else torch.bfloat16
+    peak = matmul_tflops(run.device, 256 if run.smoke else 8192, dtype)
+    lengths = run.lengths if run.smoke else FORWARD_LENGTHS
+    rows = []
+    names = ("tiny-llama", "tiny-llama-2") if run.smoke else ("smollm2-135m", "gemma3-270m")
+    for key, shape in zip(("smol", "gemma"), names, strict=True):
+        model = AutoModel.from_pretrained(
+            str(folders[key]), dtype=dtype, attn_implementation="sdpa"
+        )
+        model = model.to(run.device).eval()
+        for length in lengths:
+            if run.time_left() <= 0:
+                rows.append({"shape": shape, "tokens": length, "skipped": "time budget spent"})
+                continue
+            batch = max(1, run.tokens_per_call // length)
+            seconds = _time_forward(model, batch, length, run)
+            flops = linear_flops(model.config, batch, length)
+            flops += attention_flops(model.config, batch, length)
+            tflops = flops / seconds / 1e12
+            rows.append({"shape": shape, "tokens": length, "batch": batch,
+                         "seconds_per_call": round(seconds, 4), "tflops": round(tflops, 1),
+                         "peak_tflops": peak, "share_of_peak": round(tflops / peak, 3)})  # fmt: skip
+        del model
+        if run.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _time_forward(model: Any, batch: int, length: int, run: Run) -> float:
+    """Seconds per forward of `batch` rows of `length` random tokens (mean over >= 3 calls)."""
+    ids = torch.randint(10, model.config.vocab_size - 1, (batch, length), device=run.device)
+    with torch.inference_mode():
+        model(input_ids=ids)  # warm-up
+        sync(run.device)
+        calls, start = 0, time.perf_counter()
+        while calls < 3 or (time.perf_counter() - start < run.min_seconds and calls < 50):
+            model(input_ids=ids)
+            calls += 1
+        sync(run.device)
+    return (time.perf_counter() - start) / calls
+
+
+# ---------------------------------------------------------------------------------------------
 # Agreement: SDPA backends and flash-attn on random q/k/v; LLM2Vec sdpa vs flash_attention_2
 
 
@@ -415,10 +472,9 @@ def _sdpa_vs_flash(name: str, folders: dict[str, Path], device: str) -> dict[str
 # Hardware, output
 
 
-def matmul_tflops(device: str) -> float:
-    """Measured bf16 matmul rate (8192^3), the ceiling the throughput numbers sit under."""
-    n = 8192
-    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+def matmul_tflops(device: str, n: int = 8192, dtype: torch.dtype = torch.bfloat16) -> float:
+    """Measured matmul rate (n^3, bf16 by default), the ceiling the throughput numbers sit under."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     for _ in range(3):
         a @ b
     sync(device)
@@ -449,6 +505,27 @@ def hardware(run: Run) -> dict[str, Any]:
     return info
 
 
+def _forward_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Plain forward: share of the measured bf16 matmul rate",
+        "",
+        "| decoder | tokens | batch | s / call | TFLOP/s | matmul peak TFLOP/s | share |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"| {r['shape']} | {r['tokens']} | {r['skipped']} | | | | |")
+            continue
+        lines.append(
+            f"| {r['shape']} | {r['tokens']} | {r['batch']} | {r['seconds_per_call']} | "
+            f"{r['tflops']} | {r['peak_tflops']} | {r['share_of_peak']:.0%} |"
+        )
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# GPU throughput and attention agreement",
@@ -473,6 +550,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"- {r['encoder']} ({r['shape']}, {r.get('tokens', 'all')}): {r['skipped']}"
             for r in skipped
         ]
+    lines += _forward_lines(report.get("plain_forward", []))
     lines += [
         "",
         "## Agreement (max abs difference)",
@@ -524,6 +602,7 @@ def benchmark(run: Run) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="docsearch-gpu-"))
     try:
         folders = build_models(work, run)
+        forward = plain_forward(folders, run)
         throughput = [row for case in cases(folders, run) for row in measure_case(case, run)]
         agreement = kernel_agreement(run) if run.device.startswith("cuda") else []
         agreement += encoder_agreement(folders, run)
@@ -535,6 +614,7 @@ def benchmark(run: Run) -> dict[str, Any]:
         "run": {k: v for k, v in asdict(run).items() if k != "started"},
         "lengths": list(run.lengths),
         "throughput": throughput,
+        "plain_forward": forward,
         "agreement": agreement,
         "seconds": round(time.perf_counter() - run.started, 1),
     }

@@ -62,4 +62,7 @@ def test_smoke_mode_runs_every_encoder_family_on_the_cpu(tmp_path: Path) -> None
     measured = {(r["encoder"], r["tokens"]) for r in report["throughput"] if "tokens_per_s" in r}
     for name in ("m2-bert", "kv-embedding", "llm2vec", "nv-embed"):
         assert {(name, 32), (name, 64)} <= measured, report["throughput"]
+    forward = {(r["shape"], r["tokens"]) for r in report["plain_forward"] if r["tflops"] >= 0}
+    assert forward == {(s, n) for s in ("tiny-llama", "tiny-llama-2") for n in (32, 64)}
+    assert all(r["share_of_peak"] > 0 for r in report["plain_forward"])
     assert (tmp_path / "gpu.md").read_text().startswith("# GPU throughput")
