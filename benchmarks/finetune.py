@@ -297,7 +297,7 @@ def gpu_entry(args: argparse.Namespace, rset: RetrievalSet) -> dict[str, Any]:
         ENCODER, {"model": MODEL, "adapter": str(args.gpu_model)}, rset, printer, "after"
     )
     record = {
-        **chosen, "name": f"{chosen['name']} [{sweep['device']}, all train queries]",
+        **chosen, "name": f"{chosen['name']} [{sweep['device']}, {chosen['data']['pairs']} pairs]",
         "loss": chosen["settings"]["loss"], "wall_seconds": chosen["seconds"],
         "evaluation": {"before": before, "after": after},
         "command": "python benchmarks/finetune_gpu.py sweep (see its docstring)",
