@@ -30,6 +30,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import time
@@ -192,7 +193,8 @@ def screen(encoder: Encoder, rset: RetrievalSet, texts: list[str], owners: list[
     qids = list(rset.queries)
     queries = torch.from_numpy(encoder.encode_queries([rset.queries[q] for q in qids]))
     doc_ids = sorted(set(owners))
-    owner_index = torch.tensor([doc_ids.index(o) for o in owners])
+    position = {d: i for i, d in enumerate(doc_ids)}
+    owner_index = torch.tensor([position[o] for o in owners])
     scores = queries @ windows.T  # (queries, windows)
     best = torch.full((len(qids), len(doc_ids)), -2.0).scatter_reduce(
         1, owner_index.expand(len(qids), -1), scores, reduce="amax"
@@ -238,30 +240,21 @@ def train_one(
     config: dict[str, Any], start: Path, data: Path, work: Path, minutes: float | None,
     args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
+    from finetune import Printer  # benchmarks/finetune.py: the same progress lines
+
     from docsearch.training.finetune import FinetuneJob, finetune
-    from docsearch.training.trainer import StepReport, TrainSettings
+    from docsearch.training.trainer import TrainSettings
 
     settings = TrainSettings(
         loss=config["loss"], lr=config["lr"], epochs=config["epochs"], batch_size=args.batch,
         grad_accum=1, negatives=args.negatives, max_grad_norm=1.0, max_minutes=minutes, seed=0,
         checkpoint_every=1000,
     )  # fmt: skip
-    out = work / config["name"].replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
+    out = work / re.sub(r"\W+", "_", config["name"]).strip("_")
     job = FinetuneJob("sentence-transformers", {"model": str(start)}, data, out, settings,
                       evaluate=False, pool_size=5000, max_pairs=args.max_pairs)  # fmt: skip
 
-    class Reporter:
-        last = 0.0
-
-        def status(self, message: str) -> None:
-            log(message)
-
-        def step(self, r: StepReport) -> None:
-            if time.monotonic() - self.last > 15 or r.step == r.total:
-                self.last = time.monotonic()
-                log(f"  step {r.step}/{r.total} loss {r.mean_loss:.4f} lr {r.lr:.1e}")
-
-    record = finetune(job, Reporter())
+    record = finetune(job, Printer())
     record["folder"] = str(out)
     return record
 

@@ -325,7 +325,7 @@ def measure_case(case: Case, run: Run) -> list[dict[str, Any]]:
 FORWARD_LENGTHS = (512, 2048, 8192)  # issue 4's lengths
 
 
-def plain_forward(folders: dict[str, Path], run: Run) -> list[dict[str, Any]]:
+def plain_forward(folders: dict[str, Path], run: Run, peak: float) -> list[dict[str, Any]]:
     """TFLOP/s of each decoder's plain forward (SDPA, bf16; what KV-Embedding costs 1.00x of)
     and its share of the measured bf16 matmul rate. FLOPs: decoder_speed's count (linear
     layers and causal attention, sliding windows honoured; no LM head)."""
@@ -333,7 +333,6 @@ def plain_forward(folders: dict[str, Path], run: Run) -> list[dict[str, Any]]:
     from transformers import AutoModel
 
     dtype = torch.float32 if run.smoke else torch.bfloat16
-    peak = matmul_tflops(run.device, 256 if run.smoke else 8192, dtype)
     lengths = run.lengths if run.smoke else FORWARD_LENGTHS
     rows = []
     names = ("tiny-llama", "tiny-llama-2") if run.smoke else ("smollm2-135m", "gemma3-270m")
@@ -602,7 +601,9 @@ def benchmark(run: Run) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="docsearch-gpu-"))
     try:
         folders = build_models(work, run)
-        forward = plain_forward(folders, run)
+        info = hardware(run)  # measures the matmul rate once; smoke: a tiny fp32 one
+        peak = info.get("bf16_matmul_tflops") or matmul_tflops(run.device, 256, torch.float32)
+        forward = plain_forward(folders, run, peak)
         throughput = [row for case in cases(folders, run) for row in measure_case(case, run)]
         agreement = kernel_agreement(run) if run.device.startswith("cuda") else []
         agreement += encoder_agreement(folders, run)
@@ -610,7 +611,7 @@ def benchmark(run: Run) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "hardware": hardware(run),
+        "hardware": info,
         "run": {k: v for k, v in asdict(run).items() if k != "started"},
         "lengths": list(run.lengths),
         "throughput": throughput,
