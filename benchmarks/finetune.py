@@ -118,6 +118,7 @@ def command_line(args: argparse.Namespace, train: Path, loss: str) -> str:
         f"--train {train} --output OUT --max-pairs {args.train_queries} "
         f"--negatives {args.negatives} --batch-size {args.batch_size} --grad-accum "
         f"{args.grad_accum} --epochs {args.epochs} --max-minutes {args.minutes} --seed {args.seed}"
+        + (" --in-batch" if args.in_batch and loss == "opl" else "")
     )
 
 
@@ -128,7 +129,7 @@ def run_loss(
     settings = TrainSettings(
         loss=loss, epochs=args.epochs, batch_size=args.batch_size, grad_accum=args.grad_accum,
         negatives=args.negatives, mined=args.mined, max_minutes=args.minutes, seed=args.seed,
-        lr=args.lr,
+        lr=args.lr, in_batch=args.in_batch,
     )  # fmt: skip
     job = FinetuneJob(
         ENCODER, {"model": MODEL}, train, work / f"out-{loss}", settings, eval_set=rset,
@@ -140,6 +141,8 @@ def run_loss(
     record["command"] = command_line(args, train, loss)
     mined = settings.mined_negatives()
     record["name"] = f"{loss} ({mined} mined + {args.negatives - mined} random negatives)"
+    if args.in_batch and loss == "opl":
+        record["name"] += ", in-batch"
     if args.label:
         record["name"] += f", {args.label}"
     return record
@@ -188,10 +191,12 @@ def summarise(record: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
 
 
 def benchmark_command(args: argparse.Namespace) -> str:
-    options = sorted((k, v) for k, v in vars(args).items() if v is not None and k != "dry_run")
+    options = sorted((k, v) for k, v in vars(args).items() if v not in (None, False))
     return "python benchmarks/finetune.py " + " ".join(
-        f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}" for k, v in options
-    )
+        f"--{k.replace('_', '-')}" if v is True
+        else f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}"
+        for k, v in options
+    )  # fmt: skip
 
 
 def dry_run(train: Path, rset: RetrievalSet, kw: dict[str, Any], args: argparse.Namespace) -> None:
@@ -225,6 +230,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--grad-accum", type=int, default=8)
     parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--in-batch", action="store_true", help="opl: in-batch negatives too")
     parser.add_argument("--pool", type=int, default=600, help="passages negatives come from")
     parser.add_argument("--eval-meetings", type=int, default=12, help="qmsum")
     parser.add_argument("--eval-docs", type=int, default=800, help="scifact")

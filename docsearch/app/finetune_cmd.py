@@ -120,6 +120,14 @@ def finetune_command(
         int | None,
         typer.Option(help="How many of them are mined hard negatives (default: 0 opl, half mnrl)."),
     ] = None,
+    in_batch: Annotated[
+        bool,
+        typer.Option(
+            "--in-batch",
+            help="opl: every document of a micro-batch is also a negative for the other "
+            "queries (about batch-size x (1 + negatives) negatives per query at no extra cost).",
+        ),
+    ] = False,
     steps: Annotated[
         int | None, typer.Option(help="Optimiser steps (default: --epochs over the pairs).")
     ] = None,
@@ -169,7 +177,7 @@ def finetune_command(
         settings = TrainSettings(
             loss=loss, steps=steps, epochs=epochs, lr=lr, batch_size=batch_size,
             grad_accum=grad_accum, negatives=negatives, mined=mined, max_minutes=max_minutes,
-            checkpoint_every=checkpoint_every, seed=seed, bf16=bf16,
+            checkpoint_every=checkpoint_every, seed=seed, bf16=bf16, in_batch=in_batch,
         )  # fmt: skip
         job = FinetuneJob(
             encoder, options, train, output, settings, eval=eval_data, eval_split=eval_split,

@@ -67,6 +67,7 @@ class Pair:
     doc_id: str  # the positive's document: negatives never come from it
     negatives: tuple[str, ...] = ()
     origin: str = ""  # "file:line", "heading", "title", "span"
+    negative_docs: tuple[str, ...] = ()  # the negatives' documents, when known (in-batch OPL)
 
 
 @dataclass
@@ -145,7 +146,8 @@ def read_pairs(path: Path) -> TrainingData:
         query = _required_text(record, "query", where)
         positive = _required_text(record, "positive", where)
         negatives = _negatives(record, where)
-        pairs.append(Pair(query, positive, text_id(positive), negatives, where))
+        negative_docs = tuple(text_id(n) for n in negatives)
+        pairs.append(Pair(query, positive, text_id(positive), negatives, where, negative_docs))
     if not pairs:
         raise DataFormatError(
             f"{path}: no training pairs; expected JSON lines with 'query' and 'positive'"
@@ -383,15 +385,15 @@ def mine(
 
 def random_negatives(
     pool: Sequence[Passage], excluded: set[str], avoid: set[str], k: int, rng: random.Random
-) -> list[str]:
-    """Up to `k` distinct pool texts from documents not in `excluded` and not in `avoid`."""
-    picked: list[str] = []
+) -> list[Passage]:
+    """Up to `k` distinct pool passages from documents not in `excluded`, texts not in `avoid`."""
+    picked: list[Passage] = []
     for _ in range(k * 20):
         if len(picked) >= k or not pool:
             break
         passage = pool[rng.randrange(len(pool))]
-        if passage.doc_id not in excluded and passage.text not in avoid | set(picked):
-            picked.append(passage.text)
+        if passage.doc_id not in excluded and passage.text not in avoid | {p.text for p in picked}:
+            picked.append(passage)
     return picked
 
 
@@ -423,7 +425,7 @@ def add_negatives(
         return data
     relevant = relevant_docs(data.pairs)
     k = min(n, n // 2 if mined is None else mined)
-    hard_by_pair: dict[int, list[str]] = {}
+    hard_by_pair: dict[int, list[Passage]] = {}
     if encoder is not None and k > 0 and data.pool:
         hard_by_pair = _mined(data, todo, relevant, k, encoder, margin)
     rng = random.Random(seed)
@@ -431,10 +433,13 @@ def add_negatives(
     for i in todo:
         pair = pairs[i]
         hard = hard_by_pair.get(i, [])
-        easy = random_negatives(
-            data.pool, relevant[pair.query], {pair.positive, *hard}, n - len(hard), rng
+        avoid = {pair.positive, *(p.text for p in hard)}
+        chosen = hard + random_negatives(data.pool, relevant[pair.query], avoid, n - len(hard), rng)
+        pairs[i] = replace(
+            pair,
+            negatives=tuple(p.text for p in chosen),
+            negative_docs=tuple(p.doc_id for p in chosen),
         )
-        pairs[i] = replace(pair, negatives=tuple(hard + easy))
     how = (
         f"up to {k} mined below {margin} x the positive, the rest random"
         if hard_by_pair
@@ -451,7 +456,7 @@ def _mined(
     k: int,
     encoder: Encoder,
     margin: float,
-) -> dict[int, list[str]]:
+) -> dict[int, list[Passage]]:
     pool_vectors = data.pool_vectors
     if pool_vectors is None or len(pool_vectors) != len(data.pool):
         pool_vectors = encoder.encode_documents([p.text for p in data.pool])  # (pool, dim)
@@ -461,7 +466,7 @@ def _mined(
     excluded = [relevant[p.query] for p in pairs]
     docs = [p.doc_id for p in data.pool]
     picks = mine(queries, positives, pool_vectors, docs, excluded, k, margin)
-    return {i: [data.pool[j].text for j in js] for i, js in zip(todo, picks, strict=True)}
+    return {i: [data.pool[j] for j in js] for i, js in zip(todo, picks, strict=True)}
 
 
 # ---------------------------------------------------------------------------------------------

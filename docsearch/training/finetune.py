@@ -160,10 +160,11 @@ def write_pairs(path: Path, pairs: Sequence[Pair]) -> None:
 
 
 def read_saved_pairs(path: Path) -> list[Pair]:
-    return [
-        Pair(**{**rec, "negatives": tuple(rec["negatives"])})
-        for _, rec in pairs_data.numbered_jsonl(path)
-    ]
+    pairs = []
+    for _, record in pairs_data.numbered_jsonl(path):
+        record.update({k: tuple(record.get(k, ())) for k in ("negatives", "negative_docs")})
+        pairs.append(Pair(**record))
+    return pairs
 
 
 def identity(job: FinetuneJob) -> dict[str, Any]:

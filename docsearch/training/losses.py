@@ -41,6 +41,33 @@ def opl(q: torch.Tensor, d: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return ((cosine - labels.to(cosine.dtype)) ** 2).mean()
 
 
+def opl_all_pairs(q: torch.Tensor, d: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`opl` over every (query, document) cell of a batch: `mean((cos(q_i, d_j) - label_ij) ** 2)`.
+
+    The same loss as `opl`, applied to all cells of the score matrix instead of the diagonal:
+    every document embedded for one query is also a random negative for the others, so a
+    micro-batch of b pairs with k negatives each gives every query b(1 + k) - 1 negatives for the
+    cost of b(1 + k) document embeddings (the paper's 32 negatives per query, 1/8 of the
+    encoding at b = 8, k = 3). Cells labelled NaN are left out: a document that may be relevant
+    to the query (another pair's window of the query's own document) is neither pulled nor pushed.
+
+    Requirements: labels 1.0 (relevant), 0.0 (irrelevant) or NaN (unknown), at least one known.
+
+    Inputs:
+        q: (b, dim) query embeddings.
+        d: (n, dim) document embeddings.
+        labels: (b, n) float targets for the cosine of each cell.
+
+    References: Saad-Falcon et al., ICML 2024 (LoCo / M2-BERT), as `opl`; in-batch reuse of
+    documents as negatives as in `mnrl`.
+    """
+    cosine = F.normalize(q, dim=-1) @ F.normalize(d, dim=-1).T  # (b, n)
+    known = ~torch.isnan(labels)
+    if not bool(known.any()):
+        raise ValueError("opl_all_pairs needs at least one labelled cell")
+    return ((cosine[known] - labels[known].to(cosine.dtype)) ** 2).mean()
+
+
 def score_matrix(
     q: torch.Tensor, d: torch.Tensor, hard_negatives: torch.Tensor | None, scale: float
 ) -> torch.Tensor:

@@ -20,7 +20,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import torch
 
 from docsearch.errors import UsageError
-from docsearch.training.data import Pair
-from docsearch.training.losses import cached_mnrl, opl, simcse
+from docsearch.training.data import Pair, relevant_docs
+from docsearch.training.losses import cached_mnrl, opl, opl_all_pairs, simcse
 from docsearch.training.trainable import Trainable, bf16_supported
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class TrainSettings:
     grad_accum: int = 8  # micro-batches per optimiser step (effective batch 32, as in LoCo)
     negatives: int = 4  # per pair, from other documents
     mined: int | None = None  # of those, mined positive-aware; default: 0 for opl, half else
+    in_batch: bool = False  # opl: every document of a micro-batch is a negative for every query
     warmup: float = 0.1  # share of the steps with a rising learning rate
     max_grad_norm: float = 1.0
     weight_decay: float = 0.01
@@ -75,6 +76,8 @@ class TrainSettings:
         for name in ("batch_size", "grad_accum", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name.replace('_', '-')} must be at least 1")
+        if self.in_batch and self.loss != "opl":
+            raise UsageError("--in-batch is for --loss opl (mnrl always uses in-batch negatives)")
         if self.negatives < 0 or (self.steps is not None and self.steps < 1) or self.epochs <= 0:
             raise UsageError("negatives must be >= 0, steps >= 1 and epochs > 0")
 
@@ -135,14 +138,44 @@ def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def opl_loss(trainable: Trainable, pairs: Sequence[Pair]) -> torch.Tensor:
-    """OPL over (query, positive, 1.0) and (query, negative, 0.0); each query embedded once."""
+def opl_loss(
+    trainable: Trainable, pairs: Sequence[Pair], relevant: Mapping[str, set[str]] | None = None
+) -> torch.Tensor:
+    """OPL over (query, positive, 1.0) and (query, negative, 0.0); each query embedded once.
+
+    With `relevant` (query -> its relevant documents), in-batch: every query is also scored
+    against the other pairs' documents, label 0.0 unless the document may be relevant to it.
+    """
     q = trainable.embed([p.query for p in pairs], "query")  # (b, dim)
     docs = [d for p in pairs for d in (p.positive, *p.negatives)]
+    d = trainable.embed(docs, "document")  # (b * (1 + k), dim)
+    if relevant is not None:
+        labels = in_batch_labels(pairs, relevant).to(q.device)
+        return opl_all_pairs(q.float(), d.float(), labels)
     owner = torch.tensor([i for i, p in enumerate(pairs) for _ in range(1 + len(p.negatives))])
     labels = torch.tensor([float(j == 0) for p in pairs for j in range(1 + len(p.negatives))])
-    d = trainable.embed(docs, "document")  # (b * (1 + k), dim)
     return opl(q[owner.to(q.device)].float(), d.float(), labels.to(q.device))
+
+
+def in_batch_labels(pairs: Sequence[Pair], relevant: Mapping[str, set[str]]) -> torch.Tensor:
+    """(queries, documents) targets: 1.0 own positive, 0.0 own negatives and other pairs'
+    documents, NaN where another pair's document is relevant to the query or of unknown origin."""
+    columns: list[tuple[int, str | None, bool]] = []  # (pair, document id, positive?)
+    for i, p in enumerate(pairs):
+        known = len(p.negative_docs) == len(p.negatives)  # pairs saved before the field: unknown
+        columns.append((i, p.doc_id, True))
+        columns += [
+            (i, p.negative_docs[j] if known else None, False) for j in range(len(p.negatives))
+        ]
+    labels = torch.full((len(pairs), len(columns)), float("nan"))
+    for i, pair in enumerate(pairs):
+        own = relevant.get(pair.query, {pair.doc_id})
+        for j, (owner, doc, positive) in enumerate(columns):
+            if owner == i:
+                labels[i, j] = float(positive)
+            elif doc is not None and doc not in own:
+                labels[i, j] = 0.0
+    return labels
 
 
 def simcse_loss(trainable: Trainable, pairs: Sequence[Pair], scale: float) -> torch.Tensor:
@@ -249,6 +282,7 @@ class Loop:
         self.trainable, self.pairs, self.settings = trainable, pairs, settings
         self.planned, self.run_dir, self.reporter = planned, run_dir, reporter
         self.order = PairOrder(len(pairs), settings.seed)
+        self.relevant = relevant_docs(pairs) if settings.in_batch else None
         params = trainable.parameters()
         lr = settings.lr or (2e-5 if trainable.method == "full fine-tuning" else 1e-4)
         self.optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=settings.weight_decay)
@@ -300,7 +334,7 @@ class Loop:
         for part in chunks(batch, s.batch_size):
             with self.autocast():
                 if s.loss == "opl":
-                    loss = opl_loss(self.trainable, part)
+                    loss = opl_loss(self.trainable, part, self.relevant)
                 else:
                     loss = simcse_loss(self.trainable, part, s.scale)
             weighted = loss * (len(part) / len(batch))

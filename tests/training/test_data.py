@@ -246,6 +246,18 @@ def test_add_negatives_mixes_mined_and_random_and_keeps_given_ones() -> None:
     random_only = add_negatives(data, 4, mined=0, encoder=encoder, seed=0)
     assert random_only.notes[-1] == "negatives: 4 per pair (random)"
     assert "late payment interest accrues monthly" not in random_only.pairs[0].negatives
+    by_text = {p.text: p.doc_id for p in pool}
+    for pair in (first, random_only.pairs[0]):  # each negative's document, for in-batch OPL
+        assert pair.negative_docs == tuple(by_text[n] for n in pair.negatives)
+
+
+def test_jsonl_negatives_know_their_documents(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    lines = [{"query": "a", "positive": "text a", "negatives": ["text b"]},
+             {"query": "b", "positive": "text b"}]  # fmt: skip
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first, second = read_pairs(path).pairs
+    assert first.negative_docs == (second.doc_id,)  # the same text is the same document
 
 
 def test_heldout_split_keeps_whole_documents_out_of_training() -> None:

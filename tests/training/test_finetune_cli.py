@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from typer.testing import CliRunner
 
 from docsearch.app import cli
 from docsearch.app.finetune_cmd import finetune_command
-from tests.training.tiny_st import build_tiny_st, write_documents
+from tests.training.tiny_st import build_tiny_st, write_beir, write_documents
 
 runner = CliRunner()
 app = typer.Typer()
@@ -59,6 +60,24 @@ def test_unlabelled_folder_end_to_end_then_index_and_search(tiny_st: Path, tmp_p
     assert retriever.store.meta.encoder["options"]["adapter"] == str(out.resolve())
     hits = retriever.search("pump valve alarm", k=2, mode="vector")
     assert hits and hits[0].path.endswith(".md")
+
+
+def test_in_batch_opl_from_the_command_line(tiny_st: Path, tmp_path: Path) -> None:
+    beir = write_beir(tmp_path / "beir")
+    base = ["finetune", "--train", str(beir), "--model", str(tiny_st), "--steps", "1", "--no-eval"]
+    base += ["--batch-size", "3", "--grad-accum", "1", "--negatives", "2", "--no-bf16"]
+    out = tmp_path / "tuned"
+    result = runner.invoke(app, [*base, "--output", str(out), "--in-batch"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "training.json").read_text())["settings"]["in_batch"] is True
+    refused = runner.invoke(
+        app, [*base, "--output", str(tmp_path / "o"), "--in-batch", "--loss", "mnrl"]
+    )
+    assert refused.exit_code == 2
+    assert (
+        refused.stderr.strip()
+        == "error: --in-batch is for --loss opl (mnrl always uses in-batch negatives)"
+    )
 
 
 def test_bad_training_data_is_one_line_naming_the_line(tiny_st: Path, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from docsearch.training.losses import cached_mnrl, mnrl, mntp, opl, simcse
+from docsearch.training.losses import cached_mnrl, mnrl, mntp, opl, opl_all_pairs, simcse
 
 
 def test_opl_hand_computed() -> None:
@@ -27,6 +27,26 @@ def test_opl_does_not_depend_on_batch_composition() -> None:
     labels = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0])
     per_pair = [opl(q[i : i + 1], d[i : i + 1], labels[i : i + 1]) for i in range(6)]
     assert opl(q, d, labels).item() == pytest.approx(torch.stack(per_pair).mean().item(), abs=1e-6)
+
+
+def test_opl_all_pairs_hand_computed_and_skips_unlabelled_cells() -> None:
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    d = torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.0, -3.0]])
+    # cosines: row 0 [1, 1/sqrt(2), 0], row 1 [0, 1/sqrt(2), -1]
+    labels = torch.tensor([[1.0, 0.0, 0.0], [0.0, float("nan"), 1.0]])
+    expected = (0.0 + 0.5 + 0.0 + 0.0 + 4.0) / 5  # the NaN cell is not counted
+    assert opl_all_pairs(q, d, labels).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_opl_all_pairs_with_only_the_diagonal_labelled_is_opl() -> None:
+    torch.manual_seed(3)
+    q, d = torch.randn(4, 8), torch.randn(4, 8)
+    diagonal = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    labels = torch.full((4, 4), float("nan"))
+    labels[range(4), range(4)] = diagonal
+    assert opl_all_pairs(q, d, labels).item() == pytest.approx(opl(q, d, diagonal).item(), abs=1e-6)
+    with pytest.raises(ValueError, match="labelled"):
+        opl_all_pairs(q, d, torch.full((4, 4), float("nan")))
 
 
 def test_mnrl_hand_computed() -> None:

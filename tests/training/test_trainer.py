@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from docsearch.training.trainer import (
     LoopState,
     StepReport,
     TrainSettings,
+    in_batch_labels,
     mnrl_step,
     opl_loss,
     warmup_linear,
@@ -172,6 +174,45 @@ def test_a_time_limit_aims_the_decay_at_the_deadline(tmp_path: Path) -> None:
     assert loop.horizon == 2
     loop._replan(LoopState(step=2, seconds=70.0))  # past the deadline
     assert loop.horizon == 2
+
+
+NAN = float("nan")
+
+
+def test_in_batch_labels_mark_other_pairs_documents_negative_unless_possibly_relevant() -> None:
+    pairs = [
+        Pair("q0", "p0", "A", ("n0",), negative_docs=("B",)),
+        Pair("q1", "p1", "B", ("n1",), negative_docs=("C",)),
+        Pair("q2", "p2", "A", ("n2",)),  # saved before negative_docs existed: origin unknown
+    ]
+    relevant = {"q0": {"A"}, "q1": {"B"}, "q2": {"A"}}
+    got = in_batch_labels(pairs, relevant)
+    # columns: p0 (A), n0 (B), p1 (B), n1 (C), p2 (A), n2 (?)
+    expected = torch.tensor([
+        [1.0, 0.0, 0.0, 0.0, NAN, NAN],  # q0: p2 is a window of its own document A
+        [0.0, NAN, 1.0, 0.0, 0.0, NAN],  # q1: n0 comes from its document B
+        [NAN, 0.0, 0.0, 0.0, 1.0, 0.0],  # q2: its own negative is known to be one
+    ])  # fmt: skip
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    assert torch.equal(got.nan_to_num(-1.0), expected.nan_to_num(-1.0))
+
+
+def test_in_batch_opl_scores_each_query_against_the_whole_micro_batch() -> None:
+    model = BagOfWords()
+    pairs = [replace(p, negative_docs=(f"n{i}a", f"n{i}b")) for i, p in enumerate(PAIRS[:3])]
+    loss = opl_loss(model, pairs, {p.query: {p.doc_id} for p in pairs})  # type: ignore[arg-type]
+    q = torch.nn.functional.normalize(model.embed([p.query for p in pairs], "query"), dim=-1)
+    docs = [d for p in pairs for d in (p.positive, *p.negatives)]
+    d = torch.nn.functional.normalize(model.embed(docs, "document"), dim=-1)
+    labels = torch.zeros(3, 9)
+    labels[0, 0] = labels[1, 3] = labels[2, 6] = 1.0
+    assert torch.allclose(loss, ((q @ d.T - labels) ** 2).mean(), atol=1e-6)
+    assert not torch.allclose(loss, opl_loss(model, pairs))  # type: ignore[arg-type]
+
+
+def test_in_batch_is_only_for_opl() -> None:
+    with pytest.raises(UsageError, match="in-batch"):
+        TrainSettings(loss="mnrl", in_batch=True).check()
 
 
 def test_opl_trains_on_random_negatives_and_contrastive_losses_on_mined_ones() -> None:
