@@ -21,6 +21,7 @@ import argparse
 import json
 import platform
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 
 from docsearch.corpora.beir import RetrievalSet, load_beir
-from docsearch.training.finetune import FinetuneJob, finetune
+from docsearch.training.finetune import CHECKPOINTS, FinetuneJob, finetune
 from docsearch.training.trainer import StepReport, TrainSettings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,6 +146,11 @@ def run_loss(
         record["name"] += ", in-batch"
     if args.label:
         record["name"] += f", {args.label}"
+    if args.keep:  # the trained model, for other evaluations (finetune_gpu.py screen)
+        kept = args.keep / re.sub(r"\W+", "_", record["name"]).strip("_")
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(job.output, kept, ignore=shutil.ignore_patterns(CHECKPOINTS))
+        print(f"kept the trained model in {kept}", flush=True)
     return record
 
 
@@ -231,6 +237,7 @@ def main() -> None:
     parser.add_argument("--grad-accum", type=int, default=8)
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--in-batch", action="store_true", help="opl: in-batch negatives too")
+    parser.add_argument("--keep", type=Path, help="copy each trained model into this folder")
     parser.add_argument("--pool", type=int, default=600, help="passages negatives come from")
     parser.add_argument("--eval-meetings", type=int, default=12, help="qmsum")
     parser.add_argument("--eval-docs", type=int, default=800, help="scifact")

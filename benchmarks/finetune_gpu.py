@@ -4,6 +4,7 @@
     python benchmarks/finetune_gpu.py sweep --data DIR --model .carry/minilm --out $OUT  # on the GPU
     python benchmarks/finetune_gpu.py apply --model .carry/minilm --delta DIR --to FOLDER  # here
     python benchmarks/finetune.py --dataset qmsum --from-gpu DIR --gpu-model FOLDER ...    # here
+    python benchmarks/finetune_gpu.py screen --data DIR --models BEFORE AFTER... --out F.json  # CPU
 
 Why a GPU: on the 2-core CPU, benchmarks/finetune.py trains on 200 pairs for minutes (9-33
 optimiser steps). The paper's recipe over all 1,081 qmsum training queries (32 random negatives
@@ -21,6 +22,8 @@ safetensors parts: a delta that small keeps its precision in fp16, where a whole
 would round it away. The real evaluation (vector and hybrid, with LanceDB) runs on the CPU from
 the rebuilt model. The start weights travel in fp16 (the 64 MiB carry limit), so the "before" of
 these runs is that fp16-rounded start, measured too.
+`screen` runs the same whole-test-split screening on any model folders, on the CPU (about 6
+minutes a model on 2 cores), e.g. those `benchmarks/finetune.py --keep DIR` keeps.
 Not here: LoRA (MiniLM is fine-tuned whole), the other datasets.
 """
 
@@ -300,6 +303,27 @@ def sweep(args: argparse.Namespace) -> None:
         save_json(out, results)
 
 
+def screen_folders(args: argparse.Namespace) -> None:
+    """Screen model folders on the whole test split (here, on the CPU): the first is "before",
+    each other is compared with it query by query (benchmarks/finetune.py's paired bootstrap)."""
+    from finetune import paired
+
+    sets = {"test": load_beir(args.data, "test").subsample(args.test_docs, 0)}
+    windows = chunk_sets(Path(args.models[0]), sets)
+    log(f"test split: {len(sets['test'].queries)} queries, {len(windows['test'][0])} windows")
+    rows: list[dict[str, Any]] = []
+    for model in args.models:
+        started = time.monotonic()
+        result = screen_model(Path(model), sets, windows)["test"]
+        row = {"model": model, "ndcg@10": result["ndcg@10"], "queries": result["queries"],
+               "seconds": round(time.monotonic() - started)}  # fmt: skip
+        if rows:
+            row["paired"] = paired(rows[0]["per_query"], result["per_query"])
+        rows.append({**row, "per_query": result["per_query"]})
+        log(f"{model}: nDCG@10 {result['ndcg@10']:.4f} ({row['seconds']} s)")
+        args.out.write_text(json.dumps({"data": str(args.data), "runs": rows}, indent=1) + "\n")
+
+
 def summary(config: dict[str, Any], record: dict[str, Any], after: dict[str, Any]) -> dict:
     keep = ("steps", "planned_steps", "stopped", "seconds", "settings", "data", "hardware")
     return {"name": config["name"], **{k: record[k] for k in keep}, "after": after,
@@ -346,6 +370,11 @@ def main() -> None:
     s.add_argument("--test-docs", type=int, help="sample the test corpus (default: all)")
     s.add_argument("--negatives", type=int, default=32, help="per query, as in LoCo")
     s.add_argument("--batch", type=int, default=32, help="pairs per step (one micro-batch)")
+    c = sub.add_parser("screen", help="screen model folders on the whole test split (CPU)")
+    c.add_argument("--data", type=Path, required=True, help="the qmsum BEIR folder")
+    c.add_argument("--models", nargs="+", required=True, help="the first is the baseline")
+    c.add_argument("--out", type=Path, required=True, help="a JSON file")
+    c.add_argument("--test-docs", type=int, help="sample the test corpus (default: all)")
     a = sub.add_parser("apply", help="start weights + a returned delta -> a model folder")
     a.add_argument("--model", type=Path, required=True)
     a.add_argument("--delta", type=Path, required=True)
@@ -354,6 +383,7 @@ def main() -> None:
     commands: dict[str, Callable[[], None]] = {
         "pack": lambda: pack(args.to),
         "sweep": lambda: sweep(args),
+        "screen": lambda: screen_folders(args),
         "apply": lambda: apply(args.model, args.delta, args.to),
     }
     commands[args.command]()
