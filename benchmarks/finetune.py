@@ -197,7 +197,7 @@ def summarise(record: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
 
 
 def benchmark_command(args: argparse.Namespace) -> str:
-    options = sorted((k, v) for k, v in vars(args).items() if v not in (None, False))
+    options = sorted((k, v) for k, v in vars(args).items() if v is not None and v is not False)
     return "python benchmarks/finetune.py " + " ".join(
         f"--{k.replace('_', '-')}" if v is True
         else f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}"
