@@ -29,7 +29,7 @@ import torch
 
 from docsearch.errors import UsageError
 from docsearch.training.data import Pair, relevant_docs
-from docsearch.training.losses import cached_mnrl, opl, opl_all_pairs, simcse
+from docsearch.training.losses import cached_mnrl, opl_all_pairs, simcse
 from docsearch.training.trainable import Trainable, bf16_supported
 
 log = logging.getLogger(__name__)
@@ -149,17 +149,14 @@ def opl_loss(
     q = trainable.embed([p.query for p in pairs], "query")  # (b, dim)
     docs = [d for p in pairs for d in (p.positive, *p.negatives)]
     d = trainable.embed(docs, "document")  # (b * (1 + k), dim)
-    if relevant is not None:
-        labels = in_batch_labels(pairs, relevant).to(q.device)
-        return opl_all_pairs(q.float(), d.float(), labels)
-    owner = torch.tensor([i for i, p in enumerate(pairs) for _ in range(1 + len(p.negatives))])
-    labels = torch.tensor([float(j == 0) for p in pairs for j in range(1 + len(p.negatives))])
-    return opl(q[owner.to(q.device)].float(), d.float(), labels.to(q.device))
+    labels = in_batch_labels(pairs, relevant).to(q.device)
+    return opl_all_pairs(q.float(), d.float(), labels)
 
 
-def in_batch_labels(pairs: Sequence[Pair], relevant: Mapping[str, set[str]]) -> torch.Tensor:
-    """(queries, documents) targets: 1.0 own positive, 0.0 own negatives and other pairs'
-    documents, NaN where another pair's document is relevant to the query or of unknown origin."""
+def in_batch_labels(pairs: Sequence[Pair], relevant: Mapping[str, set[str]] | None) -> torch.Tensor:
+    """(queries, documents) targets: 1.0 own positive, 0.0 own negatives. With `relevant`, also
+    0.0 for other pairs' documents, except NaN (skipped) where one may be relevant to the query
+    or is of unknown origin; without it every other pair's cell is NaN (plain pairwise OPL)."""
     columns: list[tuple[int, str | None, bool]] = []  # (pair, document id, positive?)
     for i, p in enumerate(pairs):
         known = len(p.negative_docs) == len(p.negatives)  # pairs saved before the field: unknown
@@ -169,11 +166,11 @@ def in_batch_labels(pairs: Sequence[Pair], relevant: Mapping[str, set[str]]) -> 
         ]
     labels = torch.full((len(pairs), len(columns)), float("nan"))
     for i, pair in enumerate(pairs):
-        own = relevant.get(pair.query, {pair.doc_id})
+        own = relevant.get(pair.query, {pair.doc_id}) if relevant is not None else None
         for j, (owner, doc, positive) in enumerate(columns):
             if owner == i:
                 labels[i, j] = float(positive)
-            elif doc is not None and doc not in own:
+            elif own is not None and doc is not None and doc not in own:
                 labels[i, j] = 0.0
     return labels
 
