@@ -2,7 +2,7 @@
 
 What this module holds, top to bottom:
 1. The bidirectional decoder, shared with NV-Embed: `make_bidirectional`, `padding_only_mask`,
-   `bidirectional_hidden_states`, `load_decoder`. Llama, Mistral, Qwen2, Qwen3 and Gemma3 (text)
+   `bidirectional_hidden_states`, `load_decoder`; `causal_padding_masks` for the causal mode. Llama, Mistral, Qwen2, Qwen3 and Gemma3 (text)
    from current transformers, with every token attending to every non-pad token: no causal part,
    no sliding window (as LLM2Vec and NV-Embed compute it, whatever `sliding_window` says).
 2. Adapters: the LoRA layering of the released checkpoints (base, then the MNTP LoRA merged, then
@@ -97,6 +97,45 @@ def padding_only_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch
     return mask.expand(batch, 1, seq, seq)  # (batch, 1, seq, seq)
 
 
+def causal_padding_masks(
+    config: Any, attention_mask: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The additive 4-D causal + padding masks eager attention gets, for any attention kernel.
+
+    A left-pad query row sees no key. With every entry at dtype-min it attends uniformly to the
+    whole row, as eager attention does (and transformers 4.x, which the LLM2Vec reference ran);
+    the boolean mask transformers 5 builds for SDPA makes that row zeros instead, which moves the
+    `mean` of an empty text. Sliding windows are kept where the model has them: one mask for
+    every layer, or (Gemma3: mixed layer types) one per layer type, which those models accept.
+    """
+    from transformers.masking_utils import (
+        causal_mask_function,
+        eager_mask,
+        sliding_window_causal_mask_function,
+    )
+
+    batch, seq = attention_mask.shape
+    window = getattr(config, "sliding_window", None)
+
+    def build(sliding: bool) -> torch.Tensor:
+        pattern = causal_mask_function
+        if sliding and window is not None:
+            pattern = sliding_window_causal_mask_function(int(window))
+        return eager_mask(
+            batch, seq, seq, mask_function=pattern, attention_mask=attention_mask.bool(),
+            dtype=dtype, device=attention_mask.device,
+        )  # fmt: skip
+
+    layer_types = set(getattr(config, "layer_types", None) or ())
+    if not layer_types:  # Llama, Mistral: the window, if any, applies to every layer
+        return build(sliding=True)
+    unknown = layer_types - {"full_attention", "sliding_attention"}
+    if unknown:
+        raise EncoderUnavailableError(f"causal mode does not support layer types {sorted(unknown)}")
+    masks = {kind: build(sliding=kind == "sliding_attention") for kind in layer_types}
+    return masks.popitem()[1] if len(masks) == 1 else masks
+
+
 def bidirectional_hidden_states(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -115,10 +154,13 @@ def bidirectional_hidden_states(
     then not have been made bidirectional. Returns (batch, seq, hidden).
     """
     config = model.config
-    if causal or str(getattr(config, "_attn_implementation", "")).startswith("flash"):
+    dtype = cast(Any, model).get_input_embeddings().weight.dtype
+    mask: torch.Tensor | dict[str, torch.Tensor]
+    if str(getattr(config, "_attn_implementation", "")).startswith("flash"):
         mask = attention_mask  # flash kernels take the 2-D mask and read `is_causal` themselves
+    elif causal:
+        mask = causal_padding_masks(config, attention_mask, dtype)
     else:
-        dtype = cast(Any, model).get_input_embeddings().weight.dtype
         mask = padding_only_mask(attention_mask, dtype)
     out = model(
         input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False

@@ -612,10 +612,16 @@ def cast_model(model: M2BertModel, dtype: torch.dtype) -> M2BertModel:
 def load_model(
     folder: Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
 ) -> M2BertModel:
-    """An eval-mode M2BertModel from a folder with config.json and released-layout weights."""
-    model = M2BertModel(read_config(folder))
+    """An eval-mode M2BertModel from a folder with config.json and released-layout weights.
+
+    The model takes its dtype before the weights arrive, so each tensor is rounded once, from
+    the checkpoint's precision straight to the one it is kept in: a float64 checkpoint loads
+    exactly in float64, and the 16-bit model's float32 filter MLPs get float32 weights (casting
+    after loading would pass every weight through float32, and the filters through 16 bits).
+    """
+    model = cast_model(M2BertModel(read_config(folder)), dtype)
     load_released_state_dict(model, read_state_dict(find_weights_file(folder)))
-    return cast_model(model, dtype).to(device).eval()
+    return model.to(device).eval()
 
 
 def save_checkpoint(

@@ -44,6 +44,7 @@ from docsearch.encoders.llm2vec import (
 )
 from docsearch.errors import EncoderUnavailableError, UsageError
 from tests.conftest import FIXTURES
+from tests.encoders import tiny_decoder as tiny_models
 
 ROOT = FIXTURES / "llm2vec"
 FAMILIES = ("llama", "mistral", "qwen2")
@@ -132,15 +133,19 @@ def test_hidden_states_and_pooling_match_reference(family: str, impl: str, decod
         close(pool(h, *masks, mode, tokenizer.bos_token_id), outputs[key])
 
 
-def test_qwen2_reference_is_causal_and_we_are_not(decoders: dict) -> None:
-    """The reference Qwen2 equals the causal model; `bidirectional=False` reproduces it."""
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_qwen2_reference_is_causal_and_we_are_not(impl: str, decoders: dict) -> None:
+    """The reference Qwen2 equals the causal model; `bidirectional=False` reproduces it, pad
+    rows (uniform attention: no key is visible to them) and the empty text's `mean` included."""
     inputs, outputs, _ = reference("qwen2")
-    causal = load_decoder(ROOT / "qwen2", attn_implementation="eager", bidirectional=False)
-    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    causal = load_decoder(ROOT / "qwen2", attn_implementation=impl, bidirectional=False)
+    ids, mask, embed = inputs["input_ids"], inputs["attention_mask"], inputs["embed_mask"]
+    assert not mask.all() and not embed[3].any()  # left padding; row 3 has an empty text
     with torch.no_grad():
         ours_causal = bidirectional_hidden_states(causal, ids, mask, causal=True)
-        ours_bidir = bidirectional_hidden_states(decoders[("qwen2", "eager")], ids, mask)
+        ours_bidir = bidirectional_hidden_states(decoders[("qwen2", impl)], ids, mask)
     close(ours_causal, outputs["last_hidden_state"])
+    close(pool(ours_causal, embed, mask, ids, "mean"), outputs["pooled.mean"])
     assert (ours_bidir - outputs["last_hidden_state"]).abs().max() > 0.1
 
 
@@ -244,6 +249,40 @@ def test_later_token_changes_earlier_state_only_when_bidirectional(model_type: s
         b = [bidirectional_hidden_states(bidir, x, mask) for x in (ids, changed)]
     assert torch.equal(c[0][0, :-1], c[1][0, :-1])  # causal: earlier states untouched
     assert (b[0][0, 0] - b[1][0, 0]).abs().max() > 1e-4  # bidirectional: token 0 sees token 9
+
+
+@pytest.mark.parametrize("arch", tiny_models.ARCHS)
+def test_causal_sdpa_equals_eager_on_every_row_of_a_left_padded_batch(
+    arch: str, tmp_path: Path
+) -> None:
+    """Left-pad query rows see no key at all. Eager attention (and the reference) gives them
+    uniform attention over the whole row; SDPA must too, not zeros, since `mean` pooling of an
+    empty text averages the whole padded row."""
+    tiny_models.tokenizer().save_pretrained(tmp_path)
+    tokenizer = load_tokenizer(tmp_path)  # LLM2Vec's settings: left padding
+    pairs = [
+        ("Retrieve the clause:", "The lessee shall pay the rent on the first day."),
+        ("Retrieve the clause:", ""),  # an empty text: embed_mask all zeros
+        ("", "Tighten the bolts."),
+    ]
+    batch = build_inputs(tokenizer, pairs, max_length=48, doc_max_length=32)
+    ids, mask, embed = batch["input_ids"], batch["attention_mask"], batch["embed_mask"]
+    assert not mask[1, 0] and not mask[2, 0] and mask[:, -1].all() and not embed[1].any()
+    eager = tiny_models.model(arch, attn="eager")
+    models = {"eager": eager, "sdpa": tiny_models.twin(eager, "sdpa")}
+    with torch.no_grad():
+        hidden = {
+            impl: bidirectional_hidden_states(m, ids, mask, causal=True)
+            for impl, m in models.items()
+        }
+    pads = mask == 0
+    assert hidden["eager"][pads].abs().amax(-1).min() > 0.1  # pad rows carry real values
+    # Two float32 attention kernels sum in different orders: measured 2e-6 at |h| ~ 4 (a few
+    # ulps), within the float32 parity tolerance; zeroed pad rows were off by up to 4.3.
+    close(hidden["sdpa"], hidden["eager"])
+    pooled = {impl: pool(h, embed, mask, ids, "mean") for impl, h in hidden.items()}
+    close(pooled["sdpa"][1], pooled["eager"][1])  # the empty text: was off by 2.2
+    close(pooled["sdpa"], pooled["eager"])
 
 
 @pytest.mark.parametrize("model_type", ["mistral", "qwen2", "qwen3", "gemma3_text"])
