@@ -238,10 +238,12 @@ _WRAPPER = re.compile(
 _PARSER = re.compile(r"sql parser error: (.*?)\)?$")
 
 
-def lance_problem(exc: BaseException, limit: int = 240) -> str:
-    """A Lance error as one short line: no source paths, wrappers or echoed statement."""
+def lance_problem(exc: BaseException, sql: str | None = None, limit: int = 240) -> str:
+    """A Lance error as one short line: no source paths, wrappers or echo of the filter `sql`."""
     text = " ".join(str(exc).split())
     text = _WRAPPER.sub("", _SOURCE_LOCATION.sub("", text)).strip(" ,")
+    if sql:
+        text = text.replace(f"Error resolving filter expression {sql}: ", "")
     parser = _PARSER.search(text)
     if parser:  # "Error parsing statement: SELECT 1 FROM t WHERE ... (sql parser error: X)"
         text = parser.group(1)

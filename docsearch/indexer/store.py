@@ -447,17 +447,20 @@ class Store:
         """A caller's filter that Lance rejects (types, values) becomes a UsageError.
 
         Lance reports a bad filter like any other failure, so a failed read is put down to the
-        filter only if the filter alone fails too (checked on the error path only: it scans).
+        filter only if the filter alone fails too and the table itself reads (checked on the
+        error path only: counting through a filter scans).
         """
         try:
             yield
         except (ValueError, OSError):
             if not isinstance(where, ChunkFilter) or not where.has_where:
                 raise
+            dataset, sql = self._read("chunks"), where.sql()
             try:
-                self._read("chunks").count_rows(filter=where.sql())
+                dataset.count_rows(filter=sql)
             except (ValueError, OSError) as exc:
-                raise bad_where(where.where or "", lance_problem(exc)) from None
+                dataset.count_rows()  # a broken table raises its own error, not the filter's
+                raise bad_where(where.where or "", lance_problem(exc, sql)) from None
             raise
 
 
