@@ -8,12 +8,17 @@ Modes: `hybrid` (dense + BM25, fused; the default when the collection has vector
 `lexical` (loads no model). A document scores as its best chunk in each leg; `granularity=
 "passage"` returns chunks instead of documents (for RAG). Exact identifiers in the query
 ("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that contain them.
+Bad input of any kind (an unusable query, `k`, mode or filter) is a UsageError; `where` is checked
+as `docsearch.indexer.filters` describes, so it can narrow a search but never widen `path`.
 Not here: query encoding details (the encoder's), result rendering (CLI/UI).
 """
 
 from __future__ import annotations
 
 import logging
+import operator
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +26,20 @@ from docsearch.config import Settings, resolve_collection
 from docsearch.encoders.base import Encoder, encoder_from_spec
 from docsearch.errors import EncoderUnavailableError, UsageError
 from docsearch.fusion import Fusion, ranks
-from docsearch.indexer.store import Store, glob_to_like, sql_str
+from docsearch.indexer.filters import ChunkFilter
+from docsearch.indexer.store import Store
 from docsearch.snippets import identifiers, make_snippet
 
 log = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "lexical")
 GRANULARITIES = ("document", "passage")
+# The longest queries of the evaluation sets here (whole-case queries aside) are abstracts of
+# 2.3k characters; 10k (about 1,500 words) leaves four times that, and bounds the lexical leg's
+# cost, one posting list per distinct term. Whole documents as queries (median 38k characters in
+# irled2017-precedent) are for a query-by-document path that picks their discriminative terms.
+MAX_QUERY_CHARS = 10_000
+MAX_K = 10_000  # far beyond any results page or evaluation depth (100); bounds the pools
 
 
 @dataclass
@@ -60,11 +72,36 @@ class Hit:
         return dict(self.__dict__) | {"pages": self.pages}
 
 
-def build_where(where: str | None, path: str | None) -> str | None:
-    clauses = [f"({where})"] if where else []
-    if path:
-        clauses.append(f"path LIKE {sql_str(glob_to_like(path))}")
-    return " AND ".join(clauses) or None
+def clean_query(query: object) -> str:
+    """The query as text the tokenizers and Lance accept, or UsageError saying why it is not.
+
+    Lone surrogates (half a UTF-16 pair, e.g. from undecodable command-line bytes) and control
+    characters (NUL, escapes) become spaces: they are not words, and they crash tokenizers.
+    """
+    if not isinstance(query, str):
+        raise UsageError(f"the query must be text, not {type(query).__name__}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise UsageError(
+            f"query too long: {len(query):,} characters (the limit is {MAX_QUERY_CHARS:,}); "
+            "search for its key sentences instead"
+        )
+    # Pairs of surrogates join into one character; a lone one becomes U+FFFD, then a space.
+    text = query.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    text = "".join(" " if ch == "\ufffd" or unicodedata.category(ch) == "Cc" else ch for ch in text)
+    text = text.strip()
+    if not text:
+        raise UsageError("empty query: type some words to search for")
+    return text
+
+
+def _whole_number(k: object) -> int:
+    try:
+        value = operator.index(k)  # type: ignore[arg-type]
+    except TypeError:
+        raise UsageError(f"k must be a whole number, not {k!r}") from None
+    if isinstance(k, bool) or not 1 <= value <= MAX_K:
+        raise UsageError(f"k must be at least 1 and at most {MAX_K:,}")
+    return value
 
 
 def _display_score(row: dict[str, Any]) -> float:
@@ -120,18 +157,20 @@ class Retriever:
         where: str | None = None,
         *,
         path: str | None = None,
+        paths: Sequence[str] | None = None,
         granularity: str = "document",
     ) -> list[Hit]:
-        """The top `k` documents (or passages) for `query`, best first."""
-        query = query.strip()
-        if not query:
-            raise UsageError("empty query: type some words to search for")
-        if k < 1:
-            raise UsageError("k must be at least 1")
+        """The top `k` documents (or passages) for `query`, best first.
+
+        `where` is SQL over chunk columns ("page_start >= 3"), `path` a glob on the file path,
+        `paths` a list of exact paths; each only narrows the search.
+        """
+        query = clean_query(query)
+        k = _whole_number(k)
         if granularity not in GRANULARITIES:
             raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES)}")
+        flt = ChunkFilter(path=path, paths=paths, where=where)
         mode = self._usable_mode(mode or self.default_mode())
-        flt = build_where(where, path)
         pool = max(50, 5 * k) if granularity == "document" else max(20, 2 * k)
         legs: dict[str, list[dict[str, Any]]] = {}
         if mode in ("hybrid", "vector"):
@@ -142,7 +181,7 @@ class Retriever:
         return self._fuse(query, legs, k, granularity)
 
     def _usable_mode(self, mode: str) -> str:
-        if mode not in MODES:
+        if not isinstance(mode, str) or mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         if mode != "lexical" and not self.store.has_vectors:
             if mode == "vector":
@@ -158,7 +197,7 @@ class Retriever:
                 return "lexical"
         return mode
 
-    def lexical(self, query: str, limit: int, where: str | None) -> list[dict[str, Any]]:
+    def lexical(self, query: str, limit: int, where: ChunkFilter | None) -> list[dict[str, Any]]:
         """BM25 rows, with chunks containing the query's identifiers verbatim lifted to the top."""
         rows = self.store.search_text(query, limit, where)
         idents = identifiers(query)

@@ -6,7 +6,8 @@ import pytest
 
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion, minmax, ranks, rrf
-from docsearch.retriever import Retriever, build_where
+from docsearch.indexer.filters import ChunkFilter
+from docsearch.retriever import Retriever
 from tests.helpers import index_samples
 
 
@@ -102,12 +103,12 @@ def test_default_collection_is_the_only_one(samples_db: str) -> None:
     assert Retriever(db=samples_db).collection == "samples"
 
 
-def test_build_where_combines_sql_and_glob() -> None:
-    assert build_where("page_start > 2", "contracts/*.pdf") == (
-        "(page_start > 2) AND path LIKE 'contracts/%.pdf'"
+def test_filter_combines_glob_and_sql() -> None:
+    assert ChunkFilter(path="contracts/*.pdf", where="page_start > 2").sql() == (
+        "path LIKE 'contracts/%.pdf' AND (page_start > 2)"
     )
-    assert build_where(None, "it's*") == "path LIKE 'it''s%'"
-    assert build_where(None, None) is None
+    assert ChunkFilter(path="it's*").sql() == "path LIKE 'it''s%'"
+    assert ChunkFilter().sql() is None
 
 
 def test_rrf_and_minmax_by_hand() -> None:

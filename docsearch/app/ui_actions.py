@@ -34,7 +34,7 @@ from docsearch.app.files import (
 )
 from docsearch.config import Settings
 from docsearch.errors import DocsearchError, UsageError
-from docsearch.indexer.store import FileRecord, sql_in
+from docsearch.indexer.store import FileRecord
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -299,16 +299,15 @@ class UIContext:
     ) -> Searched:
         retriever = self.retriever(collection)
         started = time.perf_counter()
-        store, where, hits = retriever.store, None, []
+        store, hits = retriever.store, []
         lo, hi = parse_day(filters.after), parse_day(filters.before, end_of_day=True)
         paths = None
         if filters.types or lo is not None or hi is not None:
             paths = filtered_paths(store.file_records(), filters.types, lo, hi)
-            where = sql_in("path", paths) if paths else None
         if paths is None or paths:
             k = max(1, min(int(k), MAX_K))
             glob = friendly_glob(filters.glob)
-            hits = retriever.search(query, k=k, mode=mode or None, where=where, path=glob)
+            hits = retriever.search(query, k=k, mode=mode or None, path=glob, paths=paths)
         used = answered_mode(mode or retriever.default_mode(), store.has_vectors, hits)
         seconds = time.perf_counter() - started
         return Searched(hits, seconds, self._next_id(), used, store.name, store.meta.source)

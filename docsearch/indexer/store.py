@@ -25,6 +25,10 @@ import numpy as np
 
 from docsearch.encoders.base import describe, same_identity
 from docsearch.errors import CollectionNotFoundError, EncoderMismatchError, UsageError
+from docsearch.indexer.filters import ChunkFilter, bad_where, lance_problem
+from docsearch.indexer.filters import glob_to_like as glob_to_like  # re-exported
+from docsearch.indexer.filters import sql_in as sql_in
+from docsearch.indexer.filters import sql_str as sql_str
 
 SCHEMA_VERSION = 1
 RESULT_COLUMNS = [
@@ -106,19 +110,6 @@ def collection_name_for(folder_name: str) -> str:
     """A valid collection name derived from a folder name ('My Contracts' -> 'My-Contracts')."""
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", folder_name).strip("-_")[:64]
     return name or "default"
-
-
-def sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def sql_in(column: str, values: Iterable[str]) -> str:
-    return f"{column} IN ({', '.join(sql_str(v) for v in values)})"
-
-
-def glob_to_like(pattern: str) -> str:
-    """A path glob ('contracts/*.pdf') as an SQL LIKE pattern; '**' and '*' both match any run."""
-    return pattern.replace("**", "*").replace("*", "%").replace("?", "_")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,12 +320,18 @@ class Store:
         rows = self._read("files").to_table().to_pylist()
         return {r["path"]: FileRecord(**r) for r in rows}
 
-    def count_chunks(self, where: str | None = None) -> int:
-        return int(self._read("chunks").count_rows(filter=where))
+    def count_chunks(self, where: str | ChunkFilter | None = None) -> int:
+        """Chunks matching `where`: docsearch's own SQL (a str) or a caller's ChunkFilter."""
+        sql = where.sql() if isinstance(where, ChunkFilter) else where
+        with self._filter_errors(where):
+            return int(self._read("chunks").count_rows(filter=sql))
 
-    def rows(self, where: str, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        table = self._read("chunks").to_table(filter=where, columns=list(columns or []) or None)
-        return list(table.to_pylist())
+    def rows(
+        self, where: str | ChunkFilter, columns: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Chunk rows matching `where` (as for `count_chunks`), with `columns` or all of them."""
+        scan = {"columns": list(columns or []) or None}
+        return self._scan(where, **scan)
 
     def vectors_for(self, text_shas: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored vectors of chunks with these text hashes (any file): reused, not re-embedded."""
@@ -420,32 +417,51 @@ class Store:
 
     # -- searching ----------------------------------------------------------------------------
 
-    def search_vector(self, vector: np.ndarray, k: int, where: str | None) -> list[dict[str, Any]]:
+    def search_vector(
+        self, vector: np.ndarray, k: int, where: ChunkFilter | None
+    ) -> list[dict[str, Any]]:
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
         nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
         nearest.update(ANN_SEARCH)  # used only when the table has a vector index
-        table = self._read("chunks").to_table(
-            nearest=nearest,
-            filter=where,
-            prefilter=True,
-            columns=[*RESULT_COLUMNS, "_distance"],
-        )
-        rows = table.to_pylist()
+        scan = {"nearest": nearest, "prefilter": True, "columns": [*RESULT_COLUMNS, "_distance"]}
+        rows = self._scan(where, **scan)
         for row in rows:
             row["_score"] = 1.0 - float(row.pop("_distance"))
         return rows
 
-    def search_text(self, query: Any, k: int, where: str | None) -> list[dict[str, Any]]:
+    def search_text(self, query: Any, k: int, where: ChunkFilter | None) -> list[dict[str, Any]]:
         """BM25 over `text`; `query` is a string or a Lance full-text query (PhraseQuery...)."""
-        table = self._read("chunks").to_table(
-            full_text_query=query,
-            filter=where,
-            prefilter=True,
-            limit=k,
-            columns=[*RESULT_COLUMNS, "_score"],
-        )
-        return list(table.to_pylist())
+        columns = [*RESULT_COLUMNS, "_score"]
+        scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
+        return self._scan(where, **scan)
+
+    def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
+        """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
+        sql = where.sql() if isinstance(where, ChunkFilter) else where
+        with self._filter_errors(where):
+            return list(self._read("chunks").to_table(filter=sql, **scan).to_pylist())
+
+    @contextmanager
+    def _filter_errors(self, where: str | ChunkFilter | None) -> Iterator[None]:
+        """A caller's filter that Lance rejects (types, values) becomes a UsageError.
+
+        Lance reports a bad filter like any other failure, so a failed read is put down to the
+        filter only if the filter alone fails too and the table itself reads (checked on the
+        error path only: counting through a filter scans).
+        """
+        try:
+            yield
+        except (ValueError, OSError):
+            if not isinstance(where, ChunkFilter) or not where.has_where:
+                raise
+            dataset, sql = self._read("chunks"), where.sql()
+            try:
+                dataset.count_rows(filter=sql)
+            except (ValueError, OSError) as exc:
+                dataset.count_rows()  # a broken table raises its own error, not the filter's
+                raise bad_where(where.where or "", lance_problem(exc, sql)) from None
+            raise
 
 
 @contextmanager

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("langchain_core")
 
+from docsearch.errors import UsageError  # noqa: E402
 from docsearch.integrations.langchain import DocsearchRetriever  # noqa: E402
 from docsearch.retriever import Retriever  # noqa: E402
 from tests.integrations.conftest import PUMP_MANUAL, QUERY  # noqa: E402
@@ -64,6 +65,15 @@ def test_the_docsearch_retriever_is_opened_once_and_async_works(samples_db: str)
     docs = asyncio.run(retriever.ainvoke(QUERY))
     assert retriever.retriever is first
     assert len(docs) == 2 and docs[0].metadata["path"].endswith(PUMP_MANUAL)
+
+
+def test_a_where_cannot_widen_the_path_filter(samples_db: str) -> None:
+    narrowed = DocsearchRetriever(db=samples_db, where="truncated OR TRUE", path="*.pdf", k=10)
+    docs = narrowed.invoke(QUERY)
+    assert docs and all(d.metadata["path"].endswith(".pdf") for d in docs)
+    widening = DocsearchRetriever(db=samples_db, where="1=1) OR (1=1", path="*.pdf")
+    with pytest.raises(UsageError, match="unbalanced parentheses"):
+        widening.invoke(QUERY)
 
 
 def test_missing_langchain_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

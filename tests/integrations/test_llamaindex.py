@@ -11,6 +11,7 @@ pytest.importorskip("llama_index.core")
 
 from llama_index.core.schema import MetadataMode, TextNode  # noqa: E402
 
+from docsearch.errors import UsageError  # noqa: E402
 from docsearch.integrations.llamaindex import DocsearchLlamaRetriever  # noqa: E402
 from tests.integrations.conftest import PUMP_MANUAL, QUERY  # noqa: E402
 
@@ -46,6 +47,15 @@ def test_k_passages_and_filters_are_passed_through(samples_db: str) -> None:
     found = lexical.retrieve("termination")
     assert found and all(set(r.node.metadata["scores"]) == {"lexical"} for r in found)
     assert all(r.node.metadata["page_start"] == 3 for r in found)
+
+
+def test_a_where_cannot_widen_the_path_filter(samples_db: str) -> None:
+    narrowed = DocsearchLlamaRetriever(db=samples_db, where="truncated OR TRUE", path="*.pdf", k=10)
+    docs = narrowed.retrieve(QUERY)
+    assert docs and all(d.node.metadata["path"].endswith(".pdf") for d in docs)
+    widening = DocsearchLlamaRetriever(db=samples_db, where="1=1) OR (1=1", path="*.pdf")
+    with pytest.raises(UsageError, match="unbalanced parentheses"):
+        widening.retrieve(QUERY)
 
 
 def test_missing_llamaindex_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
