@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,27 @@ def test_models_list_shows_packaged_models_and_the_nv_embed_licence() -> None:
     assert by_name["all-MiniLM-L6-v2"]["installed"]
     assert {"smollm2-135m", "gemma3-270m"} <= set(by_name)
     assert by_name["NV-Embed-v2"]["licence"] == "CC-BY-NC-4.0"
+
+
+@pytest.mark.parametrize(
+    ("args", "exit_code"),
+    [
+        (["--help"], 0),
+        (["collections", "list"], 0),  # a command that works (an empty database)
+        (["search", "termination", "--collection", "nope"], 2),  # a domain error, one line
+        (["search", "--bogus"], 2),  # a usage error from the parser, naming the program
+    ],
+)
+def test_python_dash_m_docsearch_is_the_docsearch_command(
+    tmp_path: Path, args: list[str], exit_code: int
+) -> None:
+    script = Path(sys.executable).parent / "docsearch"
+    assert script.is_file(), f"{script} is missing: install the package (pip install -e .)"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_DB": str(tmp_path / "db")}
+    runs = [
+        subprocess.run(argv + args, capture_output=True, text=True, env=env, cwd=tmp_path)
+        for argv in ([str(script)], [sys.executable, "-m", "docsearch"])
+    ]
+    command, module = ((r.returncode, r.stdout, r.stderr) for r in runs)
+    assert module == command
+    assert command[0] == exit_code

@@ -52,3 +52,19 @@ def test_ci_runs_the_readme_test_command() -> None:
 def test_dockerfile_is_hadolint_clean() -> None:
     result = subprocess.run(["hadolint", str(REPO / "Dockerfile")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ci_runs_the_ray_tests_with_the_ray_extra_installed() -> None:
+    makefile, ci = read("Makefile"), read(".ci/run")
+    assert re.search(r"^make test-ray$", ci, re.M)
+    recipe = re.search(r"^test-ray:.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe and "pytest -q -m ray" in recipe.group(1)
+    assert 'import ray, lance_ray"' in recipe.group(1)  # missing Ray fails instead of skipping
+    # The extra goes in through the one install script, into the same environment.
+    assert re.search(
+        r"^\tPYTHON=\S+ VENV=\S+ EXTRAS=\S*\bray\b\S* scripts/install.sh$", makefile, re.M
+    )
+    pyproject = tomllib.loads(read("pyproject.toml"))
+    assert any(m.startswith("ray:") for m in pyproject["tool"]["pytest"]["ini_options"]["markers"])
+    assert "ray" in pyproject["project"]["optional-dependencies"]
+    assert "pytestmark = pytest.mark.ray" in read("tests/scale/test_ray_engine.py")

@@ -5,7 +5,8 @@ filters (path glob, file type, modified date); ranked results (title, path, page
 per-leg breakdown, snippet with the query terms marked); clicking a result previews its document
 at the page (PDF pages rendered with the passage and terms boxed; text with the passage marked and
 scrolled to). Index: a folder under the allowed root, progress, and the per-file report.
-`serve()` mounts the UI next to the guarded file route (`files.py`) and binds localhost by default.
+`serve()` mounts the UI next to the guarded file route (`files.py`), lets through only the routes
+the page uses (so none of gradio's file or upload routes), and binds localhost by default.
 Every handler turns a `DocsearchError` into a message in the page; anything else is logged on the
 server and shown as one line, never a traceback.
 Not here: the actions behind the events (`ui_actions.py`), reading files (`files.py`).
@@ -13,12 +14,16 @@ Not here: the actions behind the events (`ui_actions.py`), reading files (`files
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
+import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docsearch.app.files import list_folders
 from docsearch.app.ui_actions import (
@@ -37,6 +42,9 @@ from docsearch.app.ui_actions import (
 )
 from docsearch.config import Settings
 from docsearch.errors import UsageError
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +96,30 @@ watch('value', () => {
 """
 
 
+@functools.cache
+def _private_folder() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="docsearch-ui-"))  # mode 0700, empty
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def use_private_gradio_folders() -> Path:
+    """Point gradio's temp folder and examples cache at a fresh folder of this process's own.
+
+    Gradio counts both as its own files: an inherited GRADIO_TEMP_DIR may hold anyone's files,
+    and the examples cache defaults to `.gradio/cached_examples` under the working directory.
+    Neither is reused, even though the routes that would serve them are closed (`UIRoutesOnly`).
+    """
+    folder = _private_folder()
+    os.environ["GRADIO_TEMP_DIR"] = str(folder)
+    os.environ["GRADIO_EXAMPLES_CACHE"] = str(folder / "cached_examples")
+    return folder
+
+
 def _gradio() -> Any:
     """Import gradio with its files kept private to this process and no calls home."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    if "GRADIO_TEMP_DIR" not in os.environ:
-        os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="docsearch-ui-")
+    use_private_gradio_folders()
     import gradio as gr
 
     return gr
@@ -344,9 +371,72 @@ def _index_tab(gr: Any, ctx: UIContext, collection_box: Any) -> None:
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
+# The routes the page uses (found by driving it in Chromium: tests/ui/test_browser.py): the page
+# and its config, gradio's own assets, the event queue and heartbeat, and docsearch's guarded file
+# route. Everything else gradio mounts is answered 404: its file routes (which serve its temp
+# folder, the examples cache and whatever `allowed_paths` names), uploads, streams, the API
+# description, run history. Gradio versions that add routes stay closed until they are listed here.
+UI_ROUTES = frozenset(
+    {
+        "/",
+        "/config",
+        "/config/",
+        "/theme.css",
+        "/favicon.ico",
+        "/robots.txt",
+        "/docsearch/file",
+        "/gradio_api/queue/join",
+        "/gradio_api/queue/data",
+        "/gradio_api/cancel",
+        "/gradio_api/reset",
+    }
+)
+UI_ROUTE_PATTERN = re.compile(r"/(?:assets|static)(?:/[\w.-]+)+|/gradio_api/heartbeat/\w+")
+
+
+def is_ui_route(path: str) -> bool:
+    """Whether the UI uses `path` (as the router sees it: decoded, before any normalising).
+
+    A path with empty, `.` or `..` segments is never one: the router would not normalise it
+    the way a reader of this list might expect.
+    """
+    segments = path.removeprefix("/").removesuffix("/").split("/")
+    if not path.startswith("/") or (path != "/" and {"", ".", ".."} & set(segments)):
+        return False
+    return path in UI_ROUTES or UI_ROUTE_PATTERN.fullmatch(path) is not None
+
+
+def route_path(scope: Scope) -> str:
+    """The path the router matches: `scope["path"]` without the app's root path (as starlette)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :] or "/"
+    return str(path)
+
+
+class UIRoutesOnly:
+    """ASGI middleware in front of the whole app: only the UI's own routes (`UI_ROUTES`) get
+    through; every other request is a 404 and every websocket is closed before it opens."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" or (
+            scope["type"] == "http" and is_ui_route(route_path(scope))
+        ):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+        else:
+            from starlette.responses import PlainTextResponse
+
+            await PlainTextResponse("not found\n", status_code=404)(scope, receive, send)
+
 
 def make_app(demo: Any) -> Any:
-    """A FastAPI app: the guarded file route plus the UI, with gradio serving no user files."""
+    """The ASGI app: the guarded file route plus the UI, behind `UIRoutesOnly`, so gradio
+    serves no files and takes no uploads."""
     from fastapi import FastAPI
 
     gr = _gradio()
@@ -356,7 +446,7 @@ def make_app(demo: Any) -> Any:
 
     add_file_route(app, ctx.guard)
     demo.queue(default_concurrency_limit=4)
-    return gr.mount_gradio_app(
+    mounted = gr.mount_gradio_app(
         app,
         demo,
         path="",
@@ -368,6 +458,7 @@ def make_app(demo: Any) -> Any:
         css=CSS,
         footer_links=[],
     )
+    return UIRoutesOnly(mounted)
 
 
 def check_port(host: str, port: int) -> None:
@@ -401,4 +492,4 @@ def serve(demo: Any, host: str = "127.0.0.1", port: int = 7860) -> None:
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
-__all__ = ["UIContext", "build_ui", "make_app", "serve"]
+__all__ = ["UIContext", "UIRoutesOnly", "build_ui", "is_ui_route", "make_app", "serve"]

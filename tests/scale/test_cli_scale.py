@@ -33,13 +33,16 @@ def test_device_cuda_on_a_cpu_machine_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_engine_ray_indexes_and_reindexes_through_the_cli(tmp_path: Path) -> None:
     pytest.importorskip("lance_ray")
     root = Path(shutil.copytree(SAMPLES, tmp_path / "docs"))
     args = ["index", str(root), "--encoder", "hashing", "--engine", "ray", "--workers", "1"]
     args += ["--db", str(tmp_path / "db")]
-    first = run_cli(*args, env={"RAY_ADDRESS": ""}, timeout=600)
+    # A local Ray of this machine's CPUs; its object store kept small on a shared test machine.
+    env = {"RAY_ADDRESS": "", "RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION": "0.02"}
+    first = run_cli(*args, env=env, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "5 new" in first.stderr
-    again = run_cli(*args, env={"RAY_ADDRESS": ""}, timeout=600)  # nothing to do: no Ray
+    again = run_cli(*args, env=env, timeout=600)  # nothing to do: no Ray
     assert again.returncode == 0 and "5 unchanged" in again.stderr

@@ -30,6 +30,7 @@ from tests.scale.equality import (
 
 ray_engine = pytest.importorskip("docsearch.indexer.ray_engine")
 pytest.importorskip("lance_ray")
+pytestmark = pytest.mark.ray  # `make test-ray` installs the extra and runs these
 
 HASHING = {"encoder_name": "hashing", "options": {"max_tokens": 64}}
 # IVF_FLAT with 2 partitions trains on the sample corpus's ~70 rows and, probed fully, returns

@@ -58,14 +58,16 @@ def ui_server(
     timeout: float = 120.0,
     log: Path | None = None,
     env: dict[str, str] | None = None,
+    cwd: Path = REPO,
 ) -> Iterator[str]:
-    """Start `docsearch ui --db DB ARGS` on a free localhost port; yields its URL."""
+    """Start `docsearch ui --db DB ARGS` on a free localhost port (working directory `cwd`);
+    yields its URL."""
     port = free_port()
     env = dict(os.environ) | {"PYTHONPATH": str(REPO), "DOCSEARCH_DB": db} | (env or {})
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
     process = subprocess.Popen(
         [*ui_argv(), "--db", db, "--port", str(port), *args],
-        cwd=REPO,
+        cwd=cwd,
         env=env,
         stdout=out,
         stderr=subprocess.STDOUT,
