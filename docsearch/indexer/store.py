@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,6 +27,8 @@ import numpy as np
 
 from docsearch.encoders.base import describe, same_identity
 from docsearch.errors import CollectionNotFoundError, EncoderMismatchError, UsageError
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 RESULT_COLUMNS = [
@@ -191,8 +195,20 @@ def vector_index_params(rows: int) -> dict[str, Any]:
     return {"index_type": "IVF_HNSW_SQ", "metric": "cosine", "num_partitions": partitions}
 
 
+def local_db_path(db_uri: str) -> Path | None:
+    """The folder of a local database, read the way LanceDB reads the address: a path (relative,
+    or with `~`) or a `file://` / `file:/` URI; None for an object store (s3://, gs://, az://...)."""
+    if db_uri.startswith("file://"):
+        db_uri = db_uri[len("file://") :]
+    elif db_uri.startswith("file:/"):
+        db_uri = db_uri[len("file:") :]
+    elif "://" in db_uri:
+        return None
+    return Path(db_uri).expanduser().absolute()
+
+
 def is_local(db_uri: str) -> bool:
-    return "://" not in db_uri or db_uri.startswith("file://")
+    return local_db_path(db_uri) is not None
 
 
 def table_uri(db_uri: str, table: str) -> str:
@@ -200,17 +216,97 @@ def table_uri(db_uri: str, table: str) -> str:
     return f"{db_uri.rstrip('/')}/{table}.lance"
 
 
+# ---------------------------------------------------------------------------------------------
+# Which tables exist, and whether they are complete
+#
+# A Lance table exists once its first manifest (`_versions/*.manifest`) is written. A process
+# killed while creating one leaves a folder without it (only `_transactions/`): not a table, and
+# no data in it. A collection is complete when both its tables are; the chunks table is created
+# last, so a complete collection never lacks its files table.
+
+READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
+COLLECTION_TABLES = ("chunks", "files")
+
+
+def _has_manifest(table_dir: Path) -> bool:
+    try:
+        with os.scandir(table_dir / "_versions") as entries:
+            return any(entry.name.endswith(".manifest") for entry in entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def table_state(db_uri: str, table: str) -> str:
+    """READY, INCOMPLETE (a creation was interrupted) or ABSENT; local folders need no lance."""
+    root = local_db_path(db_uri)
+    if root is not None:
+        folder = root / f"{table}.lance"
+        if not folder.is_dir():
+            return ABSENT
+        return READY if _has_manifest(folder) else INCOMPLETE
+    try:
+        _dataset(table_uri(db_uri, table))
+    except ValueError as exc:  # Lance's "Dataset at path ... was not found"
+        if "not found" not in str(exc):
+            raise
+        return INCOMPLETE if table in _table_names(connect(db_uri)) else ABSENT
+    return READY
+
+
+def _table_names_anywhere(db_uri: str) -> list[str]:
+    """Every table folder in the database, complete or not."""
+    root = local_db_path(db_uri)
+    if root is None:
+        return _table_names(connect(db_uri))
+    if not root.is_dir():
+        return []
+    return [p.name[: -len(".lance")] for p in root.glob("*.lance") if p.is_dir()]
+
+
+def survey(db_uri: str) -> tuple[list[str], dict[str, str]]:
+    """The complete collections, and the incomplete ones with what is wrong with each."""
+    names = set()
+    for table in _table_names_anywhere(db_uri):
+        name, _, kind = table.rpartition("__")
+        if name and kind in COLLECTION_TABLES:
+            names.add(name)
+    complete, broken = [], {}
+    for name in sorted(names):
+        chunks, files = (table_state(db_uri, f"{name}__{kind}") for kind in COLLECTION_TABLES)
+        if chunks == READY and files == READY:
+            complete.append(name)
+        else:
+            broken[name] = _what_is_wrong(chunks, files)
+    return complete, broken
+
+
+def _what_is_wrong(chunks: str, files: str) -> str:
+    if chunks == INCOMPLETE or files == INCOMPLETE:
+        return "its creation was interrupted (a table folder holds no table version)"
+    if chunks == ABSENT:
+        return "it has a files table but no chunks table (creation or drop was interrupted)"
+    return "its files table is missing"
+
+
+_warned: set[tuple[str, str]] = set()
+
+
 def list_collections(db_uri: str) -> list[str]:
-    if is_local(db_uri):  # a directory listing: no need to import lancedb (slow to import)
-        root = Path(db_uri.removeprefix("file://"))
-        names = (
-            [p.name[: -len(".lance")] for p in root.glob("*__chunks.lance")]
-            if root.is_dir()
-            else []
-        )
-    else:
-        names = _table_names(connect(db_uri))
-    return sorted(n[: -len("__chunks")] for n in names if n.endswith("__chunks"))
+    """The complete collections; an incomplete one is left out with a warning (once per process),
+    so it never stops listing or searching the others."""
+    complete, broken = survey(db_uri)
+    for name, why in broken.items():
+        if (db_uri, name) not in _warned:
+            _warned.add((db_uri, name))
+            log.warning("%s", incomplete_message(name, why))
+    return complete
+
+
+def incomplete_message(name: str, why: str) -> str:
+    return (
+        f"collection {name!r} is incomplete: {why}; `docsearch index PATH --collection {name}` "
+        f"repairs it, `docsearch collections drop {name}` removes it"
+    )
 
 
 @functools.cache
@@ -246,7 +342,7 @@ class Store:
         must start fast.
         """
         self._db, self.name = db, name
-        self.uri = uri or db.uri
+        self.uri = _canonical_uri(uri or db.uri)
         self.meta = CollectionMeta.from_json(self._read("chunks").schema.metadata[META_KEY])
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -277,9 +373,11 @@ class Store:
 
     @classmethod
     def open(cls, db_uri: str, name: str) -> Store:
-        known_names = list_collections(db_uri)
-        if name not in known_names:
-            known = ", ".join(known_names) or "none yet"
+        complete, broken = survey(db_uri)
+        if name in broken:
+            raise CollectionNotFoundError(incomplete_message(name, broken[name]))
+        if name not in complete:
+            known = ", ".join(complete) or "none yet"
             raise CollectionNotFoundError(
                 f"no collection named {name!r} in {db_uri} (collections: {known}); "
                 f"create it with `docsearch index PATH --collection {name}`"
@@ -288,17 +386,33 @@ class Store:
 
     @classmethod
     def open_or_create(cls, db_uri: str, name: str, meta: CollectionMeta) -> Store:
-        """Open `name`, checking it was built like `meta`; create it if it does not exist."""
+        """Open `name`, checking it was built like `meta`; create it if it does not exist.
+
+        What an interrupted creation left behind is repaired here (call it holding the writer
+        lock): without a chunks table nothing was indexed yet, so the leftovers are recreated;
+        a chunks table that exists is never touched.
+        """
         validate_name(name)
         db = connect(db_uri)
-        if f"{name}__chunks" not in _table_names(db):
-            dim = meta.encoder["dim"] if meta.encoder else None
-            db.create_table(f"{name}__files", schema=files_schema(), exist_ok=True)
-            db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))
-            return cls(db, name)
-        store = cls(db, name)
-        store.check_compatible(meta)
-        return store
+        state = {kind: table_state(db_uri, f"{name}__{kind}") for kind in COLLECTION_TABLES}
+        if state["chunks"] == READY:
+            if state["files"] != READY:  # cannot come from our creation order; rebuilt anyway
+                log.warning("collection %r: recreating its missing files table", name)
+                _drop_tables(db, db_uri, name, ["files"])
+                db.create_table(f"{name}__files", schema=files_schema())
+            store = cls(db, name)
+            store.check_compatible(meta)
+            return store
+        if any(s != ABSENT for s in state.values()):
+            log.warning(
+                "collection %r was not fully created (interrupted); creating it again", name
+            )
+        # Stale records would claim files are indexed: recreate, do not reuse.
+        _drop_tables(db, db_uri, name, ["files", "chunks"])
+        dim = meta.encoder["dim"] if meta.encoder else None
+        db.create_table(f"{name}__files", schema=files_schema())
+        db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))  # last: the marker
+        return cls(db, name)
 
     def check_compatible(self, meta: CollectionMeta) -> None:
         old, new = self.meta.encoder, meta.encoder
@@ -450,14 +564,28 @@ class Store:
 
 @contextmanager
 def writer_lock(db_uri: str, name: str) -> Iterator[None]:
-    """One writer per collection on a local database; a second one is refused, not queued."""
-    if "://" in db_uri:  # object stores: LanceDB's optimistic commits are the guard
+    """One writer per collection on a local database; a second one is refused, not queued.
+
+    The lock is a `flock` on `.<name>.lock` in the database folder, reached through its real
+    path, so every spelling of one folder (relative, `file://`, `~`, through a symlink) meets
+    the same lock. Object stores are single-writer by rule, not by lock: they offer no lock
+    that this module could take and test offline, and an unlocked lock file (check, then
+    write) would only look like a guard. Concurrent merges there duplicate rows, so a write
+    to one warns.
+    """
+    folder = local_db_path(db_uri)
+    if folder is None:
+        log.warning(
+            "%s is an object store: docsearch cannot lock it, so run at most one indexing "
+            "process per collection at a time",
+            db_uri,
+        )
         yield
         return
     import fcntl
 
-    Path(db_uri).mkdir(parents=True, exist_ok=True)
-    with open(Path(db_uri) / f".{name}.lock", "w") as handle:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(Path(os.path.realpath(folder)) / f".{name}.lock", "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -471,8 +599,21 @@ def writer_lock(db_uri: str, name: str) -> Iterator[None]:
 
 
 def drop_collection(db_uri: str, name: str) -> None:
-    db = connect(db_uri)
-    if f"{name}__chunks" not in _table_names(db):
+    """Drop a collection's tables, complete or not; the chunks table first, so an interrupted
+    drop leaves an incomplete collection (reported, and repaired or dropped later)."""
+    tables = ["chunks", "files"]
+    if all(table_state(db_uri, f"{name}__{kind}") == ABSENT for kind in tables):
         raise CollectionNotFoundError(f"no collection named {name!r} in {db_uri}")
-    db.drop_table(f"{name}__chunks")
-    db.drop_table(f"{name}__files")
+    _drop_tables(connect(db_uri), db_uri, name, tables)
+
+
+def _drop_tables(db: Any, db_uri: str, name: str, kinds: Sequence[str]) -> None:
+    for kind in kinds:
+        if table_state(db_uri, f"{name}__{kind}") != ABSENT:
+            db.drop_table(f"{name}__{kind}")
+
+
+def _canonical_uri(db_uri: str) -> str:
+    """A local database as an absolute path (how LanceDB reads it); an object store as given."""
+    folder = local_db_path(db_uri)
+    return str(folder) if folder is not None else db_uri
