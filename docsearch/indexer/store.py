@@ -343,6 +343,8 @@ class Store:
         """
         self._db, self.name = db, name
         self.uri = _canonical_uri(uri or db.uri)
+        self._search_indexed = False  # the full-text index exists (checked once per Store)
+        self._first_build = False  # this Store created that index while the table was filling
         self.meta = CollectionMeta.from_json(self._read("chunks").schema.metadata[META_KEY])
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -481,6 +483,7 @@ class Store:
                 .when_not_matched_by_source_delete(sql_in("path", gone))
                 .execute(rows)
             )
+            self._ensure_search_indexes()
         elif gone:
             self.chunks.delete(sql_in("path", gone))
         records = [asdict(u.record) for u in updates]
@@ -493,18 +496,34 @@ class Store:
         elif deleted:
             self.files_table.delete(sql_in("path", deleted))
 
-    def refresh_indexes(self) -> None:
-        """Bring the full-text, scalar and vector indexes up to date; once per run, not per row."""
+    def _ensure_search_indexes(self) -> None:
+        """Build the full-text and scalar indexes after the first commit that adds rows, so that
+        lexical search answers during a first build: Lance searches the rows committed after the
+        index was built without it (flat), until `refresh_indexes` adds them at the end."""
+        if self._search_indexed:
+            return
+        if "text_idx" not in {cfg.name for cfg in self.chunks.list_indices()}:
+            self._create_search_indexes()
+            self._first_build = True
+        self._search_indexed = True
+
+    def _create_search_indexes(self) -> None:
         from lancedb.index import FTS, BTree
 
+        self.chunks.create_index("text", config=FTS(with_position=True), replace=True)
+        for column in ("path", "text_sha"):
+            self.chunks.create_index(column, config=BTree(), replace=True)
+
+    def refresh_indexes(self) -> None:
+        """Bring the full-text, scalar and vector indexes up to date; once per run, not per row."""
         existing = {cfg.name for cfg in self.chunks.list_indices()}
         rows = self.count_chunks()
         if rows == 0:
             return
-        if "text_idx" not in existing:
-            self.chunks.create_index("text", config=FTS(with_position=True), replace=True)
-            for column in ("path", "text_sha"):
-                self.chunks.create_index(column, config=BTree(), replace=True)
+        if "text_idx" not in existing or self._first_build:
+            # A first build indexes all its rows in one pass, as if built only now.
+            self._create_search_indexes()
+            self._first_build = False
         if self.has_vectors and "vector_idx" not in existing and rows >= VECTOR_INDEX_MIN_ROWS:
             self._create_vector_index(rows)
         self.chunks.optimize()
