@@ -4,7 +4,11 @@ The chunks table carries the collection's identity in its schema metadata (schem
 encoder spec, the chunker settings), so a later run re-opens it with the same encoder and a
 different encoder is refused. Writes are batched: one `merge_insert` replaces the chunks of a
 batch of files in a single commit (a file is never half old, half new), then the `files` table
-records them. Lexical search is LanceDB's native BM25 full-text index; vector search is cosine.
+records them. Lexical search is LanceDB's native BM25 full-text index (built after the first
+commit that adds rows); vector search is cosine. While a run embeds, `<name>__pending_vectors`
+checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
+creation was killed is listed as incomplete and repaired by the next writer; one writer per
+collection holds a lock on local databases (object stores: single writer by rule).
 Not here: walking folders, embedding, fusion (see `pipeline.py`, `retriever.py`).
 """
 
@@ -226,6 +230,7 @@ def table_uri(db_uri: str, table: str) -> str:
 
 READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
 COLLECTION_TABLES = ("chunks", "files")
+PENDING_TABLE = "pending_vectors"  # embedded vectors not yet committed (a run's checkpoint)
 
 
 def _has_manifest(table_dir: Path) -> bool:
@@ -409,8 +414,8 @@ class Store:
             log.warning(
                 "collection %r was not fully created (interrupted); creating it again", name
             )
-        # Stale records would claim files are indexed: recreate, do not reuse.
-        _drop_tables(db, db_uri, name, ["files", "chunks"])
+        # Stale records would claim files are indexed; stale vectors may be another encoder's.
+        _drop_tables(db, db_uri, name, [PENDING_TABLE, "files", "chunks"])
         dim = meta.encoder["dim"] if meta.encoder else None
         db.create_table(f"{name}__files", schema=files_schema())
         db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))  # last: the marker
@@ -453,7 +458,8 @@ class Store:
         return list(table.to_pylist())
 
     def vectors_for(self, text_shas: Iterable[str]) -> dict[str, np.ndarray]:
-        """Stored vectors of chunks with these text hashes (any file): reused, not re-embedded."""
+        """Vectors already computed for these text hashes: stored with a chunk of any file, or
+        checkpointed by an interrupted run. Reused, not re-embedded."""
         wanted = sorted(set(text_shas))
         if not wanted or not self.has_vectors:
             return {}
@@ -462,7 +468,71 @@ class Store:
             where = sql_in("text_sha", wanted[start : start + 500])
             for row in self.rows(where, ["text_sha", "vector"]):
                 found[row["text_sha"]] = np.asarray(row["vector"], dtype=np.float32)
+        missing = set(wanted) - found.keys()
+        if missing:
+            found.update(self._pending_vectors(missing))
         return found
+
+    # -- the vector checkpoint ----------------------------------------------------------------
+    # Embedding a large file takes minutes, but its chunks are committed in one step. Vectors
+    # embedded meanwhile are appended to `<name>__pending_vectors` (text_sha, vector) every few
+    # seconds, so a run killed before the commit resumes from them. The table is a cache: rows
+    # whose chunks are committed are deleted, the table is dropped at the end of a run, and a
+    # collection created anew drops any leftover (it may hold another encoder's vectors).
+
+    @property
+    def _pending_name(self) -> str:
+        return f"{self.name}__{PENDING_TABLE}"
+
+    def has_pending_vectors(self) -> bool:
+        return table_state(self.uri, self._pending_name) == READY
+
+    def save_pending_vectors(self, text_shas: Sequence[str], vectors: np.ndarray) -> None:
+        """Append embedded vectors (n, dim) to the checkpoint table, creating it if needed."""
+        import pyarrow as pa
+
+        dim = vectors.shape[1]
+        flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+        data = pa.table(
+            {
+                "text_sha": pa.array(list(text_shas), pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+            }
+        )
+        state = table_state(self.uri, self._pending_name)
+        if state == READY:
+            self.db.open_table(self._pending_name).add(data)
+            return
+        if state == INCOMPLETE:  # a kill while creating it: nothing in it
+            self.db.drop_table(self._pending_name)
+        self.db.create_table(self._pending_name, data=data)
+
+    def _pending_vectors(self, wanted: set[str]) -> dict[str, np.ndarray]:
+        if not self.has_pending_vectors():
+            return {}
+        dataset = _dataset(table_uri(self.uri, self._pending_name))
+        present = sorted(
+            wanted.intersection(dataset.to_table(columns=["text_sha"])["text_sha"].to_pylist())
+        )
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(present), 500):
+            where = sql_in("text_sha", present[start : start + 500])
+            for row in dataset.to_table(filter=where, columns=["text_sha", "vector"]).to_pylist():
+                found[row["text_sha"]] = np.asarray(row["vector"], dtype=np.float32)
+        return found
+
+    def clear_pending_vectors(self, text_shas: Iterable[str]) -> None:
+        """Forget checkpointed vectors whose chunks are committed now."""
+        shas = sorted(set(text_shas))
+        if not shas or not self.has_pending_vectors():
+            return
+        table = self.db.open_table(self._pending_name)
+        for start in range(0, len(shas), 500):
+            table.delete(sql_in("text_sha", shas[start : start + 500]))
+
+    def drop_pending_vectors(self) -> None:
+        if table_state(self.uri, self._pending_name) != ABSENT:
+            self.db.drop_table(self._pending_name)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -515,7 +585,9 @@ class Store:
             self.chunks.create_index(column, config=BTree(), replace=True)
 
     def refresh_indexes(self) -> None:
-        """Bring the full-text, scalar and vector indexes up to date; once per run, not per row."""
+        """At the end of a run: bring the full-text, scalar and vector indexes up to date (once
+        per run, not per row) and drop the vector checkpoint (everything in it is committed)."""
+        self.drop_pending_vectors()
         existing = {cfg.name for cfg in self.chunks.list_indices()}
         rows = self.count_chunks()
         if rows == 0:
@@ -620,7 +692,7 @@ def writer_lock(db_uri: str, name: str) -> Iterator[None]:
 def drop_collection(db_uri: str, name: str) -> None:
     """Drop a collection's tables, complete or not; the chunks table first, so an interrupted
     drop leaves an incomplete collection (reported, and repaired or dropped later)."""
-    tables = ["chunks", "files"]
+    tables = ["chunks", PENDING_TABLE, "files"]
     if all(table_state(db_uri, f"{name}__{kind}") == ABSENT for kind in tables):
         raise CollectionNotFoundError(f"no collection named {name!r} in {db_uri}")
     _drop_tables(connect(db_uri), db_uri, name, tables)
