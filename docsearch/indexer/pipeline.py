@@ -429,6 +429,7 @@ def index_folder(
         raise UsageError(f"no such file or folder: {root}")
     started = time.perf_counter()
     records = store.file_records()
+    store.ensure_search_indexes()  # a first build is searchable before its first commit
     skipped: list[tuple[str, str]] = []
     work = plan(walk(root, include, exclude, skipped), records, root)
     indexer = Indexer(

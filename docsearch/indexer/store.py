@@ -4,8 +4,8 @@ The chunks table carries the collection's identity in its schema metadata (schem
 encoder spec, the chunker settings), so a later run re-opens it with the same encoder and a
 different encoder is refused. Writes are batched: one `merge_insert` replaces the chunks of a
 batch of files in a single commit (a file is never half old, half new), then the `files` table
-records them. Lexical search is LanceDB's native BM25 full-text index (built after the first
-commit that adds rows); vector search is cosine. While a run embeds, `<name>__pending_vectors`
+records them. Lexical search is LanceDB's native BM25 full-text index (built before the first
+rows are committed); vector search is cosine. While a run embeds, `<name>__pending_vectors`
 checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
 creation was killed is listed as incomplete and repaired by the next writer; one writer per
 collection holds a lock on local databases (object stores: single writer by rule).
@@ -546,6 +546,7 @@ class Store:
         gone = [*replaced, *deleted]
         rows = [r for u in updates if u.rows is not None for r in u.rows]
         if rows:
+            self.ensure_search_indexes()  # before the rows land: none is ever unsearchable
             (
                 self.chunks.merge_insert("id")
                 .when_matched_update_all()
@@ -553,7 +554,6 @@ class Store:
                 .when_not_matched_by_source_delete(sql_in("path", gone))
                 .execute(rows)
             )
-            self._ensure_search_indexes()
         elif gone:
             self.chunks.delete(sql_in("path", gone))
         records = [asdict(u.record) for u in updates]
@@ -566,10 +566,12 @@ class Store:
         elif deleted:
             self.files_table.delete(sql_in("path", deleted))
 
-    def _ensure_search_indexes(self) -> None:
-        """Build the full-text and scalar indexes after the first commit that adds rows, so that
-        lexical search answers during a first build: Lance searches the rows committed after the
-        index was built without it (flat), until `refresh_indexes` adds them at the end."""
+    def ensure_search_indexes(self) -> None:
+        """Build the full-text and scalar indexes if the table has none, even while it is
+        empty: the local engine calls this as a run starts and `commit` before the first rows
+        land, so lexical search answers throughout a first build. Lance searches rows committed
+        after the index was built without it (flat) until `refresh_indexes` indexes them. Not
+        at table creation: the Ray engine takes a missing index as the sign of a first run."""
         if self._search_indexed:
             return
         if "text_idx" not in {cfg.name for cfg in self.chunks.list_indices()}:

@@ -82,3 +82,16 @@ def test_end_of_a_first_build_indexes_everything_as_a_clean_build(tmp_path: Path
         assert [h.path for h in got] == [h.path for h in want]
         # float32 BM25 scores from the same index over the same rows; summation order may vary
         assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-5)
+
+
+def test_a_collection_is_searchable_before_its_first_commit(tmp_path: Path) -> None:
+    """A run that has not committed anything yet (here: an empty folder) answers, with nothing."""
+    from docsearch.indexer.pipeline import index_folder
+
+    db, docs = str(tmp_path / "db"), tmp_path / "docs"
+    docs.mkdir()
+    p = prepared(db)
+    assert index_folder(docs, p.store, p.encoder, p.chunker).exit_code == 0
+    retriever = Retriever("c", db=db, encoder=p.encoder)
+    assert retriever.search("walrus", mode="lexical") == []
+    assert retriever.search("walrus", mode="hybrid") == []
