@@ -17,7 +17,7 @@ from typing import Any
 from docsearch.encoders.base import Encoder, encoder_from_spec, get_encoder
 from docsearch.errors import EncoderUnavailableError
 from docsearch.indexer.chunk import Chunker, ChunkerSettings
-from docsearch.indexer.store import CollectionMeta, Store, list_collections
+from docsearch.indexer.store import CollectionMeta, Store, survey
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,12 @@ def prepare(
     source: str = "",
     runtime: dict[str, Any] | None = None,
 ) -> Prepared:
-    """Open (checking compatibility) or create the collection `name`, with its encoder."""
-    if name in list_collections(db):
+    """Open (checking compatibility) or create the collection `name`, with its encoder.
+
+    A collection whose creation was interrupted counts as new: creating it repairs it.
+    """
+    complete, _ = survey(db)
+    if name in complete:
         store = Store.open(db, name)
         encoder = _existing_encoder(store, encoder_name, options, runtime or {})
         settings = ChunkerSettings(**store.meta.chunker)

@@ -4,8 +4,11 @@ Incremental by construction. A file whose size and mtime match its record costs 
 whose bytes hash the same as before (touched, or renamed: same sha256 at a new path) is
 re-chunked but not re-embedded, because every chunk's vector is looked up by the hash of its text
 before anything is encoded. Files are written in groups, each group in one commit, so a crash
-leaves every file fully old or fully new and the next run finishes the job. Deleted files are
-removed last (after their vectors had the chance to be reused by a rename).
+leaves every file fully old or fully new and the next run finishes the job. A group closes at
+GROUP_CHUNKS chunks or COMMIT_SECONDS after the last commit; while it embeds, its vectors are
+checkpointed every CHECKPOINT_SECONDS, so a run killed inside one large file resumes from the
+vectors already made. Deleted files are removed last (after their vectors had the chance to be
+reused by a rename).
 Not here: the command line, progress rendering (a `ProgressSink` receives events), distribution.
 """
 
@@ -16,7 +19,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +36,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_EXCLUDES = (".*", "*/.*", "__pycache__", "*/__pycache__", "node_modules", "*/node_modules")
 GROUP_CHUNKS = 512  # chunks per commit group: big enough to batch well, small enough to resume
+# A commit at least this often when files come slowly (OCR, many small files): a run killed
+# every minute still advances. index_folder sets it; the Ray actors' Indexers never commit.
+COMMIT_SECONDS = 15.0
+# Vectors embedded for a group are checkpointed at least this often, so a run killed while
+# embedding one large file (one commit) resumes where it was, not at the file's first chunk.
+CHECKPOINT_SECONDS = 5.0
 DEFAULT_TOKEN_BUDGET = 16384  # padded tokens per encoder call
 
 
@@ -156,13 +165,55 @@ def embed_texts(
     lengths: Sequence[int],
     budget: int = DEFAULT_TOKEN_BUDGET,
     progress: ProgressSink | None = None,
+    on_batch: Callable[[list[int], np.ndarray], None] | None = None,
 ) -> np.ndarray:
+    """(len(texts), dim) vectors; `on_batch(indices, vectors)` sees each batch as it is done."""
     out = np.zeros((len(texts), encoder.dim), dtype=np.float32)
     for batch in token_batches(lengths, budget):
         out[batch] = encoder.encode_documents([texts[i] for i in batch])
         if progress:
             progress.embedded(len(batch), sum(lengths[i] for i in batch))
+        if on_batch:
+            on_batch(batch, out[batch])
     return out
+
+
+class VectorCheckpoint:
+    """Saves a group's freshly embedded vectors to the store every `seconds` while it embeds.
+
+    The group's chunks are still committed in one step; this only keeps the vectors of a run
+    killed before that commit (`Store.vectors_for` finds them next time). A checkpoint that
+    cannot be written (a full disk, another process creating the table at the same moment) is
+    given up with a warning: it only saves time, so it never stops the run.
+    """
+
+    def __init__(self, store: Store, seconds: float | None) -> None:
+        self.store, self.seconds = store, seconds
+        self.used = seconds is not None and store.has_pending_vectors()  # rows to clear
+        self._shas: list[str] = []
+        self._vectors: list[np.ndarray] = []
+        self._since = time.monotonic()
+
+    def begin(self) -> None:
+        """A group starts embedding: the clock starts, nothing is buffered."""
+        self._shas, self._vectors, self._since = [], [], time.monotonic()
+
+    def add(self, shas: Sequence[str], vectors: np.ndarray) -> None:
+        if self.seconds is None:
+            return
+        self._shas.extend(shas)
+        self._vectors.append(vectors.copy())
+        if time.monotonic() - self._since >= self.seconds:
+            self._save()
+
+    def _save(self) -> None:
+        try:
+            self.store.save_pending_vectors(self._shas, np.concatenate(self._vectors))
+            self.used = True
+        except (OSError, RuntimeError, ValueError) as exc:
+            log.warning("cannot checkpoint vectors (%s); a killed run will re-embed them", exc)
+            self.seconds = None
+        self.begin()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,24 +266,43 @@ class Indexer:
         *,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         group_chunks: int = GROUP_CHUNKS,
+        commit_seconds: float | None = None,
+        checkpoint_seconds: float | None = None,
         progress: ProgressSink | None = None,
     ) -> None:
+        """A group is committed once it holds `group_chunks` chunks or, when `commit_seconds`
+        is set, once that long has passed since the last commit. `checkpoint_seconds` (default
+        CHECKPOINT_SECONDS) paces the vector checkpoint while a group embeds."""
         self.store, self.encoder, self.chunker = store, encoder, chunker
         self.token_budget, self.group_chunks = token_budget, group_chunks
+        self.commit_seconds = commit_seconds
         self.progress: ProgressSink = progress or NullProgress()
         self.report = IndexReport()
         self._pending: list[Pending] = []
         self._touched: list[FileUpdate] = []
+        self._last_commit = time.monotonic()
+        self.checkpoint = VectorCheckpoint(
+            store,
+            (CHECKPOINT_SECONDS if checkpoint_seconds is None else checkpoint_seconds)
+            if encoder is not None
+            else None,
+        )
 
     def add(self, doc: Document, record: FileRecord) -> None:
-        """Chunk `doc` and queue it; commits happen in groups of about GROUP_CHUNKS chunks."""
+        """Chunk `doc` and queue it; commits happen in groups (see `__init__`)."""
         chunks = self.chunker.chunk(doc)
         self.report.truncated += sum(c.truncated for c in chunks)
         record.n_chunks, record.title = len(chunks), doc.title
         self._pending.append(Pending(record, chunk_rows(doc, chunks, record.sha256)))
         self.progress.planned_chunks(len(chunks))
-        if sum(len(p.rows) for p in self._pending) >= self.group_chunks:
+        if self._group_due():
             self.flush()
+
+    def _group_due(self) -> bool:
+        if sum(len(p.rows) for p in self._pending) >= self.group_chunks:
+            return True
+        waited = time.monotonic() - self._last_commit
+        return self.commit_seconds is not None and waited >= self.commit_seconds
 
     def fail(self, record: FileRecord, reason: str, keep_old: bool) -> None:
         """Record a file that could not be read; keep its previous chunks if it had any."""
@@ -253,6 +323,9 @@ class Indexer:
         if not updates:
             return
         self.store.commit(updates)
+        self._last_commit = time.monotonic()
+        if self.checkpoint.used:  # committed vectors need no checkpoint any more
+            self.store.clear_pending_vectors(r["text_sha"] for u in updates for r in u.rows or [])
         for update in updates:
             self.progress.file_done(update.record.path)
 
@@ -277,12 +350,16 @@ class Indexer:
             if row["text_sha"] not in known:
                 todo.setdefault(row["text_sha"], row)
         fresh = list(todo.values())
+        self.checkpoint.begin()
         vectors = embed_texts(
             self.encoder,
             [r["text"] for r in fresh],
             [r["n_tokens"] for r in fresh],
             self.token_budget,
             self.progress,
+            on_batch=lambda batch, done: self.checkpoint.add(
+                [fresh[i]["text_sha"] for i in batch], done
+            ),
         )
         known.update({r["text_sha"]: v for r, v in zip(fresh, vectors, strict=True)})
         for row in rows:
@@ -352,6 +429,7 @@ def index_folder(
         raise UsageError(f"no such file or folder: {root}")
     started = time.perf_counter()
     records = store.file_records()
+    store.ensure_search_indexes()  # a first build is searchable before its first commit
     skipped: list[tuple[str, str]] = []
     work = plan(walk(root, include, exclude, skipped), records, root)
     indexer = Indexer(
@@ -360,6 +438,7 @@ def index_folder(
         chunker,
         token_budget=token_budget,
         group_chunks=group_chunks,
+        commit_seconds=COMMIT_SECONDS,
         progress=progress,
     )
     report = indexer.report

@@ -4,7 +4,11 @@ The chunks table carries the collection's identity in its schema metadata (schem
 encoder spec, the chunker settings), so a later run re-opens it with the same encoder and a
 different encoder is refused. Writes are batched: one `merge_insert` replaces the chunks of a
 batch of files in a single commit (a file is never half old, half new), then the `files` table
-records them. Lexical search is LanceDB's native BM25 full-text index; vector search is cosine.
+records them. Lexical search is LanceDB's native BM25 full-text index (built before the first
+rows are committed); vector search is cosine. While a run embeds, `<name>__pending_vectors`
+checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
+creation was killed is listed as incomplete and repaired by the next writer; one writer per
+collection holds a lock on local databases (object stores: single writer by rule).
 Not here: walking folders, embedding, fusion (see `pipeline.py`, `retriever.py`).
 """
 
@@ -12,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,6 +35,8 @@ from docsearch.indexer.filters import ChunkFilter, bad_where, lance_problem
 from docsearch.indexer.filters import glob_to_like as glob_to_like  # re-exported
 from docsearch.indexer.filters import sql_in as sql_in
 from docsearch.indexer.filters import sql_str as sql_str
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 RESULT_COLUMNS = [
@@ -182,8 +190,20 @@ def vector_index_params(rows: int) -> dict[str, Any]:
     return {"index_type": "IVF_HNSW_SQ", "metric": "cosine", "num_partitions": partitions}
 
 
+def local_db_path(db_uri: str) -> Path | None:
+    """The folder of a local database, read the way LanceDB reads the address: a path (relative,
+    or with `~`) or a `file://` / `file:/` URI; None for an object store (s3://, gs://, az://...)."""
+    if db_uri.startswith("file://"):
+        db_uri = db_uri[len("file://") :]
+    elif db_uri.startswith("file:/"):
+        db_uri = db_uri[len("file:") :]
+    elif "://" in db_uri:
+        return None
+    return Path(db_uri).expanduser().absolute()
+
+
 def is_local(db_uri: str) -> bool:
-    return "://" not in db_uri or db_uri.startswith("file://")
+    return local_db_path(db_uri) is not None
 
 
 def table_uri(db_uri: str, table: str) -> str:
@@ -191,17 +211,98 @@ def table_uri(db_uri: str, table: str) -> str:
     return f"{db_uri.rstrip('/')}/{table}.lance"
 
 
+# ---------------------------------------------------------------------------------------------
+# Which tables exist, and whether they are complete
+#
+# A Lance table exists once its first manifest (`_versions/*.manifest`) is written. A process
+# killed while creating one leaves a folder without it (only `_transactions/`): not a table, and
+# no data in it. A collection is complete when both its tables are; the chunks table is created
+# last, so a complete collection never lacks its files table.
+
+READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
+COLLECTION_TABLES = ("chunks", "files")
+PENDING_TABLE = "pending_vectors"  # embedded vectors not yet committed (a run's checkpoint)
+
+
+def _has_manifest(table_dir: Path) -> bool:
+    try:
+        with os.scandir(table_dir / "_versions") as entries:
+            return any(entry.name.endswith(".manifest") for entry in entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def table_state(db_uri: str, table: str) -> str:
+    """READY, INCOMPLETE (a creation was interrupted) or ABSENT; local folders need no lance."""
+    root = local_db_path(db_uri)
+    if root is not None:
+        folder = root / f"{table}.lance"
+        if not folder.is_dir():
+            return ABSENT
+        return READY if _has_manifest(folder) else INCOMPLETE
+    try:
+        _dataset(table_uri(db_uri, table))
+    except ValueError as exc:  # Lance's "Dataset at path ... was not found"
+        if "not found" not in str(exc):
+            raise
+        return INCOMPLETE if table in _table_names(connect(db_uri)) else ABSENT
+    return READY
+
+
+def _table_names_anywhere(db_uri: str) -> list[str]:
+    """Every table folder in the database, complete or not."""
+    root = local_db_path(db_uri)
+    if root is None:
+        return _table_names(connect(db_uri))
+    if not root.is_dir():
+        return []
+    return [p.name[: -len(".lance")] for p in root.glob("*.lance") if p.is_dir()]
+
+
+def survey(db_uri: str) -> tuple[list[str], dict[str, str]]:
+    """The complete collections, and the incomplete ones with what is wrong with each."""
+    names = set()
+    for table in _table_names_anywhere(db_uri):
+        name, _, kind = table.rpartition("__")
+        if name and kind in COLLECTION_TABLES:
+            names.add(name)
+    complete, broken = [], {}
+    for name in sorted(names):
+        chunks, files = (table_state(db_uri, f"{name}__{kind}") for kind in COLLECTION_TABLES)
+        if chunks == READY and files == READY:
+            complete.append(name)
+        else:
+            broken[name] = _what_is_wrong(chunks, files)
+    return complete, broken
+
+
+def _what_is_wrong(chunks: str, files: str) -> str:
+    if chunks == INCOMPLETE or files == INCOMPLETE:
+        return "its creation was interrupted (a table folder holds no table version)"
+    if chunks == ABSENT:
+        return "it has a files table but no chunks table (creation or drop was interrupted)"
+    return "its files table is missing"
+
+
+_warned: set[tuple[str, str]] = set()
+
+
 def list_collections(db_uri: str) -> list[str]:
-    if is_local(db_uri):  # a directory listing: no need to import lancedb (slow to import)
-        root = Path(db_uri.removeprefix("file://"))
-        names = (
-            [p.name[: -len(".lance")] for p in root.glob("*__chunks.lance")]
-            if root.is_dir()
-            else []
-        )
-    else:
-        names = _table_names(connect(db_uri))
-    return sorted(n[: -len("__chunks")] for n in names if n.endswith("__chunks"))
+    """The complete collections; an incomplete one is left out with a warning (once per process),
+    so it never stops listing or searching the others."""
+    complete, broken = survey(db_uri)
+    for name, why in broken.items():
+        if (db_uri, name) not in _warned:
+            _warned.add((db_uri, name))
+            log.warning("%s", incomplete_message(name, why))
+    return complete
+
+
+def incomplete_message(name: str, why: str) -> str:
+    return (
+        f"collection {name!r} is incomplete: {why}; `docsearch index PATH --collection {name}` "
+        f"repairs it, `docsearch collections drop {name}` removes it"
+    )
 
 
 @functools.cache
@@ -237,7 +338,9 @@ class Store:
         must start fast.
         """
         self._db, self.name = db, name
-        self.uri = uri or db.uri
+        self.uri = _canonical_uri(uri or db.uri)
+        self._search_indexed = False  # the full-text index exists (checked once per Store)
+        self._first_build = False  # this Store created that index while the table was filling
         self.meta = CollectionMeta.from_json(self._read("chunks").schema.metadata[META_KEY])
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -268,9 +371,11 @@ class Store:
 
     @classmethod
     def open(cls, db_uri: str, name: str) -> Store:
-        known_names = list_collections(db_uri)
-        if name not in known_names:
-            known = ", ".join(known_names) or "none yet"
+        complete, broken = survey(db_uri)
+        if name in broken:
+            raise CollectionNotFoundError(incomplete_message(name, broken[name]))
+        if name not in complete:
+            known = ", ".join(complete) or "none yet"
             raise CollectionNotFoundError(
                 f"no collection named {name!r} in {db_uri} (collections: {known}); "
                 f"create it with `docsearch index PATH --collection {name}`"
@@ -279,17 +384,33 @@ class Store:
 
     @classmethod
     def open_or_create(cls, db_uri: str, name: str, meta: CollectionMeta) -> Store:
-        """Open `name`, checking it was built like `meta`; create it if it does not exist."""
+        """Open `name`, checking it was built like `meta`; create it if it does not exist.
+
+        What an interrupted creation left behind is repaired here (call it holding the writer
+        lock): without a chunks table nothing was indexed yet, so the leftovers are recreated;
+        a chunks table that exists is never touched.
+        """
         validate_name(name)
         db = connect(db_uri)
-        if f"{name}__chunks" not in _table_names(db):
-            dim = meta.encoder["dim"] if meta.encoder else None
-            db.create_table(f"{name}__files", schema=files_schema(), exist_ok=True)
-            db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))
-            return cls(db, name)
-        store = cls(db, name)
-        store.check_compatible(meta)
-        return store
+        state = {kind: table_state(db_uri, f"{name}__{kind}") for kind in COLLECTION_TABLES}
+        if state["chunks"] == READY:
+            if state["files"] != READY:  # cannot come from our creation order; rebuilt anyway
+                log.warning("collection %r: recreating its missing files table", name)
+                _drop_tables(db, db_uri, name, ["files"])
+                db.create_table(f"{name}__files", schema=files_schema())
+            store = cls(db, name)
+            store.check_compatible(meta)
+            return store
+        if any(s != ABSENT for s in state.values()):
+            log.warning(
+                "collection %r was not fully created (interrupted); creating it again", name
+            )
+        # Stale records would claim files are indexed; stale vectors may be another encoder's.
+        _drop_tables(db, db_uri, name, [PENDING_TABLE, "files", "chunks"])
+        dim = meta.encoder["dim"] if meta.encoder else None
+        db.create_table(f"{name}__files", schema=files_schema())
+        db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))  # last: the marker
+        return cls(db, name)
 
     def check_compatible(self, meta: CollectionMeta) -> None:
         old, new = self.meta.encoder, meta.encoder
@@ -334,7 +455,8 @@ class Store:
         return self._scan(where, **scan)
 
     def vectors_for(self, text_shas: Iterable[str]) -> dict[str, np.ndarray]:
-        """Stored vectors of chunks with these text hashes (any file): reused, not re-embedded."""
+        """Vectors already computed for these text hashes: stored with a chunk of any file, or
+        checkpointed by an interrupted run. Reused, not re-embedded."""
         wanted = sorted(set(text_shas))
         if not wanted or not self.has_vectors:
             return {}
@@ -343,7 +465,71 @@ class Store:
             where = sql_in("text_sha", wanted[start : start + 500])
             for row in self.rows(where, ["text_sha", "vector"]):
                 found[row["text_sha"]] = np.asarray(row["vector"], dtype=np.float32)
+        missing = set(wanted) - found.keys()
+        if missing:
+            found.update(self._pending_vectors(missing))
         return found
+
+    # -- the vector checkpoint ----------------------------------------------------------------
+    # Embedding a large file takes minutes, but its chunks are committed in one step. Vectors
+    # embedded meanwhile are appended to `<name>__pending_vectors` (text_sha, vector) every few
+    # seconds, so a run killed before the commit resumes from them. The table is a cache: rows
+    # whose chunks are committed are deleted, the table is dropped at the end of a run, and a
+    # collection created anew drops any leftover (it may hold another encoder's vectors).
+
+    @property
+    def _pending_name(self) -> str:
+        return f"{self.name}__{PENDING_TABLE}"
+
+    def has_pending_vectors(self) -> bool:
+        return table_state(self.uri, self._pending_name) == READY
+
+    def save_pending_vectors(self, text_shas: Sequence[str], vectors: np.ndarray) -> None:
+        """Append embedded vectors (n, dim) to the checkpoint table, creating it if needed."""
+        import pyarrow as pa
+
+        dim = vectors.shape[1]
+        flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+        data = pa.table(
+            {
+                "text_sha": pa.array(list(text_shas), pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+            }
+        )
+        state = table_state(self.uri, self._pending_name)
+        if state == READY:
+            self.db.open_table(self._pending_name).add(data)
+            return
+        if state == INCOMPLETE:  # a kill while creating it: nothing in it
+            self.db.drop_table(self._pending_name)
+        self.db.create_table(self._pending_name, data=data)
+
+    def _pending_vectors(self, wanted: set[str]) -> dict[str, np.ndarray]:
+        if not self.has_pending_vectors():
+            return {}
+        dataset = _dataset(table_uri(self.uri, self._pending_name))
+        present = sorted(
+            wanted.intersection(dataset.to_table(columns=["text_sha"])["text_sha"].to_pylist())
+        )
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(present), 500):
+            where = sql_in("text_sha", present[start : start + 500])
+            for row in dataset.to_table(filter=where, columns=["text_sha", "vector"]).to_pylist():
+                found[row["text_sha"]] = np.asarray(row["vector"], dtype=np.float32)
+        return found
+
+    def clear_pending_vectors(self, text_shas: Iterable[str]) -> None:
+        """Forget checkpointed vectors whose chunks are committed now."""
+        shas = sorted(set(text_shas))
+        if not shas or not self.has_pending_vectors():
+            return
+        table = self.db.open_table(self._pending_name)
+        for start in range(0, len(shas), 500):
+            table.delete(sql_in("text_sha", shas[start : start + 500]))
+
+    def drop_pending_vectors(self) -> None:
+        if table_state(self.uri, self._pending_name) != ABSENT:
+            self.db.drop_table(self._pending_name)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -357,6 +543,7 @@ class Store:
         gone = [*replaced, *deleted]
         rows = [r for u in updates if u.rows is not None for r in u.rows]
         if rows:
+            self.ensure_search_indexes()  # before the rows land: none is ever unsearchable
             (
                 self.chunks.merge_insert("id")
                 .when_matched_update_all()
@@ -376,18 +563,38 @@ class Store:
         elif deleted:
             self.files_table.delete(sql_in("path", deleted))
 
-    def refresh_indexes(self) -> None:
-        """Bring the full-text, scalar and vector indexes up to date; once per run, not per row."""
+    def ensure_search_indexes(self) -> None:
+        """Build the full-text and scalar indexes if the table has none, even while it is
+        empty: the local engine calls this as a run starts and `commit` before the first rows
+        land, so lexical search answers throughout a first build. Lance searches rows committed
+        after the index was built without it (flat) until `refresh_indexes` indexes them. Not
+        at table creation: the Ray engine takes a missing index as the sign of a first run."""
+        if self._search_indexed:
+            return
+        if "text_idx" not in {cfg.name for cfg in self.chunks.list_indices()}:
+            self._create_search_indexes()
+            self._first_build = True
+        self._search_indexed = True
+
+    def _create_search_indexes(self) -> None:
         from lancedb.index import FTS, BTree
 
+        self.chunks.create_index("text", config=FTS(with_position=True), replace=True)
+        for column in ("path", "text_sha"):
+            self.chunks.create_index(column, config=BTree(), replace=True)
+
+    def refresh_indexes(self) -> None:
+        """At the end of a run: bring the full-text, scalar and vector indexes up to date (once
+        per run, not per row) and drop the vector checkpoint (everything in it is committed)."""
+        self.drop_pending_vectors()
         existing = {cfg.name for cfg in self.chunks.list_indices()}
         rows = self.count_chunks()
         if rows == 0:
             return
-        if "text_idx" not in existing:
-            self.chunks.create_index("text", config=FTS(with_position=True), replace=True)
-            for column in ("path", "text_sha"):
-                self.chunks.create_index(column, config=BTree(), replace=True)
+        if "text_idx" not in existing or self._first_build:
+            # A first build indexes all its rows in one pass, as if built only now.
+            self._create_search_indexes()
+            self._first_build = False
         if self.has_vectors and "vector_idx" not in existing and rows >= VECTOR_INDEX_MIN_ROWS:
             self._create_vector_index(rows)
         self.chunks.optimize()
@@ -466,14 +673,28 @@ class Store:
 
 @contextmanager
 def writer_lock(db_uri: str, name: str) -> Iterator[None]:
-    """One writer per collection on a local database; a second one is refused, not queued."""
-    if "://" in db_uri:  # object stores: LanceDB's optimistic commits are the guard
+    """One writer per collection on a local database; a second one is refused, not queued.
+
+    The lock is a `flock` on `.<name>.lock` in the database folder, reached through its real
+    path, so every spelling of one folder (relative, `file://`, `~`, through a symlink) meets
+    the same lock. Object stores are single-writer by rule, not by lock: they offer no lock
+    that this module could take and test offline, and an unlocked lock file (check, then
+    write) would only look like a guard. Concurrent merges there duplicate rows, so a write
+    to one warns.
+    """
+    folder = local_db_path(db_uri)
+    if folder is None:
+        log.warning(
+            "%s is an object store: docsearch cannot lock it, so run at most one indexing "
+            "process per collection at a time",
+            db_uri,
+        )
         yield
         return
     import fcntl
 
-    Path(db_uri).mkdir(parents=True, exist_ok=True)
-    with open(Path(db_uri) / f".{name}.lock", "w") as handle:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(Path(os.path.realpath(folder)) / f".{name}.lock", "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -487,8 +708,21 @@ def writer_lock(db_uri: str, name: str) -> Iterator[None]:
 
 
 def drop_collection(db_uri: str, name: str) -> None:
-    db = connect(db_uri)
-    if f"{name}__chunks" not in _table_names(db):
+    """Drop a collection's tables, complete or not; the chunks table first, so an interrupted
+    drop leaves an incomplete collection (reported, and repaired or dropped later)."""
+    tables = ["chunks", PENDING_TABLE, "files"]
+    if all(table_state(db_uri, f"{name}__{kind}") == ABSENT for kind in tables):
         raise CollectionNotFoundError(f"no collection named {name!r} in {db_uri}")
-    db.drop_table(f"{name}__chunks")
-    db.drop_table(f"{name}__files")
+    _drop_tables(connect(db_uri), db_uri, name, tables)
+
+
+def _drop_tables(db: Any, db_uri: str, name: str, kinds: Sequence[str]) -> None:
+    for kind in kinds:
+        if table_state(db_uri, f"{name}__{kind}") != ABSENT:
+            db.drop_table(f"{name}__{kind}")
+
+
+def _canonical_uri(db_uri: str) -> str:
+    """A local database as an absolute path (how LanceDB reads it); an object store as given."""
+    folder = local_db_path(db_uri)
+    return str(folder) if folder is not None else db_uri

@@ -1,0 +1,83 @@
+"""The `docsearch` CLI with test hooks, run as `python -m tests.indexer.cli_hooks ARGS`.
+
+Tests start it in a subprocess to reproduce what a real kill leaves on disk. Hooks (env vars):
+- DOCSEARCH_TEST_KILL_AFTER_CREATE=SUFFIX: SIGKILL right after creating a table named `*SUFFIX`;
+- DOCSEARCH_TEST_KILL_AFTER_DROP=SUFFIX: SIGKILL right after dropping a table named `*SUFFIX`;
+- DOCSEARCH_TEST_CHECKPOINT_SECONDS=S: checkpoint embedded vectors every S seconds;
+- DOCSEARCH_TEST_EMBED_LOG=FILE: append the text hash of every chunk the fake encoder finished
+  embedding (one line each, written before the next batch starts, so it survives a SIGKILL).
+The fake encoder's own hooks (tests/fakes.py: DOCSEARCH_FAKE_KILL_AFTER...) work as usual.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tests.helpers import REPO
+
+
+def _kill_after(method: Callable[..., Any], suffix: str) -> Callable[..., Any]:
+    def wrapped(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, name, *args, **kwargs)
+        if name.endswith(suffix):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    return wrapped
+
+
+def _install_table_hooks() -> None:
+    from lancedb.db import LanceDBConnection
+
+    if suffix := os.environ.get("DOCSEARCH_TEST_KILL_AFTER_CREATE"):
+        LanceDBConnection.create_table = _kill_after(LanceDBConnection.create_table, suffix)  # type: ignore[method-assign]
+    if suffix := os.environ.get("DOCSEARCH_TEST_KILL_AFTER_DROP"):
+        LanceDBConnection.drop_table = _kill_after(LanceDBConnection.drop_table, suffix)  # type: ignore[method-assign]
+
+
+def _install_embedding_hooks() -> None:
+    from docsearch.indexer import pipeline
+    from tests.fakes import HashingEncoder
+
+    if seconds := os.environ.get("DOCSEARCH_TEST_CHECKPOINT_SECONDS"):
+        pipeline.CHECKPOINT_SECONDS = float(seconds)
+    if log_path := os.environ.get("DOCSEARCH_TEST_EMBED_LOG"):
+        encode = HashingEncoder.encode_documents
+
+        def logged(self: HashingEncoder, texts: Sequence[str]) -> np.ndarray:
+            vectors = encode(self, texts)
+            with open(log_path, "a") as log:
+                log.writelines(pipeline.text_sha(t) + "\n" for t in texts)
+            return vectors
+
+        HashingEncoder.encode_documents = logged  # type: ignore[method-assign]
+
+
+def run_hooked(
+    *args: str, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """This module's CLI in a fresh interpreter, as `tests.helpers.run_cli` runs the real one."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **env}
+    return subprocess.run(
+        [sys.executable, "-m", "tests.indexer.cli_hooks", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+if __name__ == "__main__":
+    _install_table_hooks()
+    _install_embedding_hooks()
+    from docsearch.app.cli import main
+
+    main()
