@@ -34,7 +34,8 @@ import torch
 
 from docsearch.corpora.beir import RetrievalSet, load_beir
 from docsearch.training.finetune import CHECKPOINTS, FinetuneJob, finetune
-from docsearch.training.trainer import StepReport, TrainSettings
+from docsearch.training.loop import StepReport
+from docsearch.training.trainer import TrainSettings
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"

@@ -60,6 +60,21 @@ def training_texts(limit: int, seed: int) -> list[str]:
     return texts[:limit]
 
 
+class StageLog:
+    """Every step's loss of one recipe stage, on stderr."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    def status(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def step(self, report: Any) -> None:
+        print(
+            f"{self.stage} step {report.step}: loss {report.loss:.4f}", file=sys.stderr, flush=True
+        )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -70,12 +85,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     texts = training_texts(args.texts, args.seed)
     print(f"{len(texts)} training paragraphs", file=sys.stderr)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
-
-    def logger(stage: str) -> Any:
-        def log(step: int, loss: float) -> None:
-            print(f"{stage} step {step}: loss {loss:.4f}", file=sys.stderr, flush=True)
-
-        return log
 
     started = time.perf_counter()
     mntp = train_mntp(
@@ -88,7 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         lr=args.mntp_lr,
         seed=args.seed,
         dtype=dtype,
-        log=logger("mntp"),
+        reporter=StageLog("mntp"),
     )
     simcse = train_simcse(
         args.model,
@@ -101,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         lr=args.simcse_lr,
         seed=args.seed,
         dtype=dtype,
-        log=logger("simcse"),
+        reporter=StageLog("simcse"),
     )
     return {
         "texts": len(texts),

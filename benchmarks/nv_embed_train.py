@@ -286,6 +286,17 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
+class Progress:
+    """The stage names and every tenth step's loss, on stderr."""
+
+    def status(self, message: str) -> None:
+        print(message, file=sys.stderr)
+
+    def step(self, report: Any) -> None:
+        if report.step % 10 == 0:
+            print(f"step {report.step}: loss {report.loss:.4f}", file=sys.stderr)
+
+
 def train(args: argparse.Namespace, out: Path) -> tuple[Any, dict[str, int]]:
     from docsearch.training.nv_embed_train import TrainConfig, train_nv_embed
 
@@ -307,12 +318,13 @@ def train(args: argparse.Namespace, out: Path) -> tuple[Any, dict[str, int]]:
             int(read_json(resolve_model(args.model) / "config.json")["hidden_size"]) // hidden_heads
         )
 
-    def log(stage: str, step: int, loss: float) -> None:
-        if step % 10 == 0:
-            print(f"{stage} step {step}: loss {loss:.4f}", file=sys.stderr)
-
     result = train_nv_embed(
-        args.model, [*sci, *qms], out, documents=[*sci_pool, *qms_pool], config=config, log=log
+        args.model,
+        [*sci, *qms],
+        out,
+        documents=[*sci_pool, *qms_pool],
+        config=config,
+        reporter=Progress(),
     )
     sizes = {
         "scifact_examples": len(sci),

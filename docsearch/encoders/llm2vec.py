@@ -598,6 +598,19 @@ class LLM2VecEncoder:
             self._tokenizer.bos_token_id,
         )
 
+    def embed(self, texts: Sequence[str], side: str) -> torch.Tensor:
+        """Pooled vectors of one batch with gradients (training); `side`: "query" or "document"."""
+        instruction = self.query_instruction if side == "query" else self.document_instruction
+        return self.embed_batch([(instruction, t) for t in texts])  # (n, dim)
+
+    def add_lora(self, r: int = 16, alpha: int = 32) -> Any:
+        """Wrap the decoder in a fresh LLM2Vec LoRA (peft), returned for training and saving;
+        `embed` and the encode methods run through it from now on."""
+        from peft import get_peft_model
+
+        self._model = get_peft_model(self._model, lora_config(r=r, alpha=alpha))
+        return self._model
+
     def _encode(self, texts: Sequence[str], instruction: str) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)

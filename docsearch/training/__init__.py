@@ -1,1 +1,1 @@
-"""Fine-tuning: losses (pure functions), training data, the trainer."""
+"""Training: one loop (`loop.py`) fed by recipes (fine-tuning, MNTP, SimCSE, NV-Embed, M2)."""

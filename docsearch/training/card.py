@@ -1,28 +1,70 @@
-"""The model card: a README.md written next to every encoder `docsearch finetune` produces.
+"""The model card: a README.md written next to every folder a training recipe produces.
 
 It says what the folder is, how to use it (the exact `docsearch index` line and the Python
-equivalent), what it was trained on and how, and what it scored before and after on the
-held-out evaluation set. It is rendered from the run record that the trainer also saves as
-`training.json`, so the card and the machine-readable record never disagree.
-Not here: training, evaluation (`docsearch.training.trainer`, `docsearch.evaluation`).
+equivalent), what it was trained on and how, and, for `docsearch finetune`, what it scored
+before and after on the held-out evaluation set. It is rendered from the run record
+(`run_record`), saved beside it as `training.json`, so the card and the machine-readable record
+never disagree. One writer for every recipe: fine-tuning, MNTP, SimCSE, NV-Embed, M2 pretraining.
+Not here: training, evaluation (`docsearch.training.loop` and the recipes, `docsearch.evaluation`).
 """
 
 from __future__ import annotations
 
+import json
+import platform
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 METRIC_ORDER = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+RECORD_FILE = "training.json"
+
+
+def hardware(device: str) -> str:
+    """The device, in words."""
+    import torch
+
+    if device.startswith("cuda"):
+        return str(torch.cuda.get_device_name(0))
+    return f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
+
+
+def run_record(
+    *,
+    title: str,
+    encoder: str,
+    method: str,
+    recipe: str,
+    start: Any,
+    load: Mapping[str, Any],
+    losses: Sequence[float],
+    planned: int,
+    seconds: float,
+    device: str,
+    settings: Mapping[str, Any],
+    stopped: str = "",
+    data: Mapping[str, Any] | None = None,
+    evaluation: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a training run did, as `training.json` holds it and the card shows it."""
+    from docsearch import __version__
+
+    return {
+        "title": title, "encoder": encoder, "loss": recipe, "method": method,
+        "start_options": start, "load_options": dict(load), "data": data,
+        "settings": dict(settings), "steps": len(losses), "planned_steps": planned,
+        "stopped": stopped, "seconds": round(seconds, 1), "losses": list(losses),
+        "hardware": hardware(device), "evaluation": evaluation, "docsearch": __version__,
+        "created": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }  # fmt: skip
 
 
 def index_command(record: Mapping[str, Any]) -> str:
     """The `docsearch index` line that uses this folder."""
     options = record["load_options"]
     parts = ["docsearch index ./my-documents", f"--encoder {record['encoder']}"]
-    if options.get("model"):
-        parts.append(f"--model {options['model']}")
-    parts.append(f"--adapter {options['adapter']}")
+    parts += [f"--{key} {options[key]}" for key in ("model", "adapter") if options.get(key)]
     return " ".join(parts)
 
 
@@ -67,18 +109,25 @@ def loss_summary(losses: Sequence[float]) -> str:
     )
 
 
+def _data_lines(data: Mapping[str, Any]) -> list[str]:
+    notes = [f"- {note}" for note in data.get("notes", [])]
+    return [f"- data: {data['source']}", *notes, f"- training pairs: {data['pairs']}"]
+
+
 def _settings_lines(settings: Mapping[str, Any]) -> list[str]:
-    return [f"- {key}: {value}" for key, value in settings.items() if value is not None]
+    shown = {k: repr(v) if "\n" in str(v) else v for k, v in settings.items() if v is not None}
+    return [f"- {key}: {value}" for key, value in shown.items()]  # one line per setting
 
 
 def render(record: Mapping[str, Any]) -> str:
     """The card's Markdown for a run record (the contents of `training.json`)."""
     evaluation = record.get("evaluation") or {}
+    data = record.get("data")
     lines = [
         f"# {record['title']}",
         "",
-        f"A `{record['encoder']}` encoder fine-tuned by docsearch with the `{record['loss']}` "
-        f"loss ({record['method']}), starting from {record['start_options']}.",
+        f"A `{record['encoder']}` encoder trained by docsearch with `{record['loss']}` "
+        f"({record['method']}), starting from {record['start_options']}.",
         "",
         "## Use it",
         "",
@@ -95,9 +144,7 @@ def render(record: Mapping[str, Any]) -> str:
         "",
         "## Training",
         "",
-        f"- data: {record['data']['source']}",
-        *[f"- {note}" for note in record["data"].get("notes", [])],
-        f"- training pairs: {record['data']['pairs']}",
+        *(_data_lines(data) if data else []),
         f"- optimiser steps: {record['steps']} of {record['planned_steps']} planned"
         + (f" ({record['stopped']})" if record.get("stopped") else ""),
         f"- loss: {loss_summary(record.get('losses', []))}",
@@ -116,7 +163,7 @@ def render(record: Mapping[str, Any]) -> str:
         "",
         "## Limits",
         "",
-        "Fine-tuned on a small set for one corpus: check it on your own queries before relying",
+        "Trained on a small set for one corpus: check it on your own queries before relying",
         "on it, and keep the original encoder's collection until the new one proves better.",
         "",
         f"Written by docsearch {record.get('docsearch', '')} on {record.get('created', '')}.",
@@ -125,8 +172,10 @@ def render(record: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_card(folder: Path, record: Mapping[str, Any]) -> Path:
-    """Write `README.md` into `folder` (replacing any card the model library wrote)."""
+def write_card(folder: str | Path, record: Mapping[str, Any]) -> Path:
+    """Write `training.json` and `README.md` into `folder` (replacing any card a library wrote)."""
+    folder = Path(folder)
+    (folder / RECORD_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
     path = folder / "README.md"
     path.write_text(render(record), encoding="utf-8")
     return path

@@ -13,7 +13,7 @@ Negatives are passages of other documents, drawn at random and mined with the cu
 keeping only candidates scoring below 0.95 x the positive (NV-Retriever's positive-aware rule:
 what scores as high as the positive is likely an unlabelled positive).
 Bad input raises `DataFormatError` naming the file and line.
-Not here: models and the training loop (`docsearch.training.trainer`).
+Not here: models and the training loop (`docsearch.training.loop`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """One fine-tuning run, end to end: what `docsearch finetune` calls.
 
-1. Build the encoder with the registry and make it trainable (`trainable.py`).
+1. Build the encoder with the registry and make it trainable (`trainer.make_trainable`).
 2. Read pairs (`data.py`), hold some out unless an evaluation set is given, add random and
    mined negatives, and save the prepared pairs so `--resume` trains on the same data.
 3. Evaluate before training with the real index pipeline (`docsearch.evaluation`).
-4. Train (`trainer.Loop`), resuming from the last checkpoint when asked.
+4. Train: the pairs recipe (`trainer.pairs_recipe`) in the loop (`loop.py`), resuming from the
+   last checkpoint when asked.
 5. Save a folder the encoder's `adapter` option accepts, evaluate it, and write
    `training.json` and the model card (`card.py`) next to it.
 `mntp` and `simcse` on llm2vec run the LLM2Vec recipe steps (`mntp.py`, `simcse.py`) instead.
@@ -17,34 +18,25 @@ import json
 import logging
 import math
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from docsearch.corpora.beir import RetrievalSet
 from docsearch.encoders.base import Encoder, get_encoder
+from docsearch.encoders.device import resolve_device
 from docsearch.errors import UsageError
 from docsearch.training import data as pairs_data
-from docsearch.training.card import write_card
+from docsearch.training.card import run_record, write_card
 from docsearch.training.data import Pair, TrainingData
-from docsearch.training.trainable import device_for, hardware, make_trainable
-from docsearch.training.trainer import (
-    Loop,
-    LoopState,
-    QuietReporter,
-    Reporter,
-    StepReport,
-    TrainSettings,
-    planned_steps,
-)
+from docsearch.training.loop import LoopState, QuietReporter, Reporter, bf16_by_default, run_loop
+from docsearch.training.trainer import TrainSettings, make_trainable, pairs_recipe
 
 log = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
-RUN_FILE, PAIRS_FILE, RECORD_FILE = "run.json", "pairs.jsonl", "training.json"
+RUN_FILE, PAIRS_FILE = "run.json", "pairs.jsonl"
 EVAL_MODES = ("vector", "hybrid")
 # Settings a resumed run may change; everything else must match the interrupted run.
 RESUMABLE_CHANGES = ("max_minutes", "checkpoint_every")
@@ -220,30 +212,58 @@ def prepare_run(
     return data, rset
 
 
+@dataclass
+class Trained:
+    """What the training part of a run hands to its record."""
+
+    method: str
+    load_options: dict[str, Any]  # the encoder options that load the result
+    state: LoopState
+    planned: int
+    lr: float
+    bf16: bool
+    device: str
+    before: dict[str, dict[str, Any]] | None
+
+
 def finetune(job: FinetuneJob, reporter: Reporter | None = None) -> dict[str, Any]:
     """Run `job` end to end and return its record (also saved as `training.json`)."""
     reporter = reporter or QuietReporter()
     job.settings.check()
-    run = check_output(job)
-    options = {**job.options, "device": device_for(job.options)}
+    run = check_output(job) or {"identity": identity(job), "before": job.before}
     reporter.status(f"loading {job.encoder} {job.options.get('model') or ''}".rstrip())
-    encoder = get_encoder(job.encoder, **options)
-    if job.settings.loss == "mntp" or (job.settings.loss == "simcse" and job.encoder == "llm2vec"):
-        return run_recipe(job, encoder, reporter)
-    trainable = make_trainable(encoder, job.options, job.settings.lora_r, job.settings.lora_alpha)
+    s = job.settings
+    recipe_step = s.loss == "mntp" or (s.loss == "simcse" and job.encoder == "llm2vec")
+    train = train_recipe_step if recipe_step else train_pairs
+    options = {**job.options, "device": resolve_device(job.options.get("device"))}
+    # no local name for the encoder: a recipe step loads its own model and frees this one
+    data, rset, trained = train(job, get_encoder(job.encoder, **options), run, reporter)
+    after = evaluate(job.encoder, trained.load_options, rset, reporter, "after") if rset else None
+    record = make_record(job, data, rset, trained, after)
+    write_card(job.output, record)
+    shutil.rmtree(job.output / CHECKPOINTS, ignore_errors=True)
+    return record
+
+
+def train_pairs(
+    job: FinetuneJob, encoder: Encoder, run: dict[str, Any], reporter: Reporter
+) -> tuple[TrainingData, RetrievalSet | None, Trained]:
+    """opl, mnrl or simcse over the pairs in the loop, with checkpoints and --resume."""
+    s = job.settings
+    trainable = make_trainable(encoder, job.options, s.lora_r, s.lora_alpha)
     data, rset = prepare_run(job, encoder, reporter)
-    run_dir = job.output / CHECKPOINTS
-    run = run or {"identity": identity(job), "before": job.before}
-    run["before"] = before_metrics(job, rset, run, reporter)
-    planned = planned_steps(job.settings, len(data.pairs))
-    loop = Loop(trainable, data.pairs, job.settings, planned, run_dir, reporter)
-    state = loop.run(loop.resume() if job.resume else loop.start())
+    before = before_metrics(job, rset, run, reporter)
+    planned = s.planned_steps(len(data.pairs))
+    lr = s.lr or (2e-5 if trainable.method == "full fine-tuning" else 1e-4)
+    device = str(trainable.encoder.device)
+    bf16 = bf16_by_default(device) if s.bf16 is None else s.bf16
+    state = run_loop(
+        pairs_recipe(trainable, data.pairs, s), s.loop_settings(planned, lr, bf16), reporter,
+        job.output / CHECKPOINTS, job.resume,
+    )  # fmt: skip
     load_options = trainable.save(job.output)
-    after = evaluate(job.encoder, load_options, rset, reporter, "after") if rset else None
-    lr = float(loop.optimiser.defaults["lr"])
-    training = {"method": trainable.method, "lr": lr, "bf16": loop.bf16, "device": loop.device}
-    outcome = {"state": state, "planned": planned, "before": run["before"], "after": after}
-    return finish(job, data, rset, training, outcome, load_options)
+    trained = Trained(trainable.method, load_options, state, planned, lr, bf16, device, before)
+    return data, rset, trained
 
 
 def before_metrics(
@@ -260,52 +280,30 @@ def before_metrics(
     return run["before"]
 
 
-def finish(
-    job: FinetuneJob,
-    data: TrainingData,
-    rset: RetrievalSet | None,
-    training: dict[str, Any],
-    outcome: dict[str, Any],
-    load_options: dict[str, Any],
-) -> dict[str, Any]:
-    """Write `training.json` and the card next to the saved model; drop the checkpoints."""
-    record = make_record(job, data, rset, training, outcome, load_options)
-    (job.output / RECORD_FILE).write_text(json.dumps(record, indent=2, default=str) + "\n")
-    write_card(job.output, record)
-    shutil.rmtree(job.output / CHECKPOINTS, ignore_errors=True)
-    return record
-
-
 def make_record(
     job: FinetuneJob,
     data: TrainingData,
     rset: RetrievalSet | None,
-    training: dict[str, Any],
-    outcome: dict[str, Any],
-    load_options: dict[str, Any],
+    trained: Trained,
+    after: dict[str, dict[str, Any]] | None,
 ) -> dict[str, Any]:
-    from docsearch import __version__
-
-    state: LoopState = outcome["state"]
-    settings = asdict(job.settings) | {"lr": training["lr"], "bf16": training["bf16"]}
     evaluation = {
         "set": f"{rset.name} ({'; '.join(rset.notes)})" if rset else None,
-        "modes": list(EVAL_MODES), "before": outcome["before"], "after": outcome["after"],
+        "modes": list(EVAL_MODES), "before": trained.before, "after": after,
     }  # fmt: skip
-    return {
-        "title": f"{job.encoder} fine-tuned with {job.settings.loss}",
-        "encoder": job.encoder, "loss": job.settings.loss, "method": training["method"],
-        "start_options": job.options, "load_options": load_options,
-        "data": {"source": data.source, "notes": data.notes, "pairs": len(data.pairs)},
-        "settings": settings, "steps": state.step, "planned_steps": outcome["planned"],
-        "stopped": state.stopped, "seconds": round(state.seconds, 1), "losses": state.losses,
-        "hardware": hardware(training["device"]), "evaluation": evaluation,
-        "docsearch": __version__, "created": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    }  # fmt: skip
+    return run_record(
+        title=f"{job.encoder} fine-tuned with {job.settings.loss}", encoder=job.encoder,
+        method=trained.method, recipe=job.settings.loss, start=job.options,
+        load=trained.load_options, losses=trained.state.losses, planned=trained.planned,
+        seconds=trained.state.seconds, device=trained.device, stopped=trained.state.stopped,
+        settings=asdict(job.settings) | {"lr": trained.lr, "bf16": trained.bf16},
+        data={"source": data.source, "notes": data.notes, "pairs": len(data.pairs)},
+        evaluation=evaluation,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
-# 7. The LLM2Vec recipe steps (mntp, simcse on llm2vec): their own short loops, no --resume
+# 7. The LLM2Vec recipe steps (mntp, simcse on llm2vec): fixed-length runs, no --resume
 
 
 def recipe_texts(data: TrainingData, loss: str) -> list[str]:
@@ -314,8 +312,10 @@ def recipe_texts(data: TrainingData, loss: str) -> list[str]:
     return list(dict.fromkeys(t for t in texts if t.strip()))
 
 
-def run_recipe(job: FinetuneJob, encoder: Encoder, reporter: Reporter) -> dict[str, Any]:
-    """`mntp` or `simcse` on llm2vec through `train_mntp` / `train_simcse`, then evaluate."""
+def train_recipe_step(
+    job: FinetuneJob, encoder: Encoder, run: dict[str, Any], reporter: Reporter
+) -> tuple[TrainingData, RetrievalSet | None, Trained]:
+    """`mntp` or `simcse` on llm2vec through `train_mntp` / `train_simcse`."""
     from docsearch.training.mntp import train_mntp
     from docsearch.training.simcse import train_simcse
 
@@ -327,32 +327,21 @@ def run_recipe(job: FinetuneJob, encoder: Encoder, reporter: Reporter) -> dict[s
     rset = evaluation_set(job, data, [])
     del encoder  # the recipe loads its own copy of the model
     job.output.mkdir(parents=True, exist_ok=True)
-    run = {"identity": identity(job), "before": job.before}
     before = before_metrics(job, rset, run, reporter)
     s = job.settings
     texts = recipe_texts(data, s.loss)
     steps = s.steps or max(1, math.ceil(s.epochs * len(texts) / s.batch_size))
-    started = time.perf_counter()
-    state = LoopState()
-
-    def log_step(step: int, loss: float) -> None:
-        state.step, state.seconds = step + 1, time.perf_counter() - started
-        state.losses.append(loss)
-        reporter.step(StepReport(step + 1, steps, loss, loss, s.lr or 0.0, state.seconds, 0.0))
-
     lr = s.lr or (5e-5 if s.loss == "mntp" else 3e-5)
+    common: dict[str, Any] = {"batch_size": s.batch_size, "lr": lr, "seed": s.seed}
     model, out = job.options["model"], job.output
     if s.loss == "mntp":
-        result = train_mntp(
-            model, texts, out, steps, batch_size=s.batch_size, lr=lr, seed=s.seed, log=log_step
-        )
+        result = train_mntp(model, texts, out, steps, reporter=reporter, **common)
     else:
+        adapter = job.options.get("adapter")
         result = train_simcse(
-            model, texts, out, steps, mntp_adapter=job.options.get("adapter"),
-            batch_size=s.batch_size, lr=lr, seed=s.seed, log=log_step,
-        )  # fmt: skip
+            model, texts, out, steps, mntp_adapter=adapter, reporter=reporter, **common
+        )
     load_options = {"model": result.settings["base"], "adapter": str(job.output.resolve())}
-    after = evaluate(job.encoder, load_options, rset, reporter, "after") if rset else None
-    training = {"method": "LoRA (LLM2Vec recipe)", "lr": lr, "bf16": False, "device": "cpu"}
-    outcome = {"state": state, "planned": steps, "before": before, "after": after}
-    return finish(job, data, rset, training, outcome, load_options)
+    state = LoopState(len(result.losses), result.losses, result.seconds)
+    method, device = "LoRA (LLM2Vec recipe)", result.settings["device"]
+    return data, rset, Trained(method, load_options, state, steps, lr, False, device, before)

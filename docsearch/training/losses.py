@@ -5,7 +5,7 @@ negatives), `simcse` (unsupervised SimCSE: two dropout views of one batch), `mnt
 masked next-token prediction), and `cached_mnrl`, the GradCache form of `mnrl` whose memory does
 not grow with the batch, for long inputs. Each docstring says what the loss optimises, what it
 requires, its inputs and where it comes from.
-Not here: models, data, optimisers and the training loop (`docsearch.training.trainer`).
+Not here: models, data, optimisers and the training loop (`docsearch.training.loop`).
 """
 
 from __future__ import annotations
@@ -190,10 +190,6 @@ def _replay(
     torch.set_rng_state(end_state)
 
 
-def _grad(reps: torch.Tensor) -> torch.Tensor:
-    return reps.grad if reps.grad is not None else torch.zeros_like(reps)
-
-
 def cached_mnrl(
     embed: Callable[[Any], torch.Tensor],
     query_chunks: Sequence[Any],
@@ -205,16 +201,15 @@ def cached_mnrl(
 
     Same loss and same parameter gradients as `mnrl` on the full batch, but peak activation
     memory is that of one chunk: (1) every chunk is embedded without a graph; (2) the loss and
-    its gradient with respect to the embeddings are computed on the small (batch, dim) matrix;
-    (3) each chunk is embedded again with a graph and the cached gradient is back-propagated
-    through it. The CPU RNG state is replayed per chunk so dropout masks match between passes.
-
-    Unlike the other functions here, this one calls `backward`: parameter `.grad`s are
-    accumulated when it returns; the caller then steps the optimiser. Returns the detached loss.
+    its gradient with respect to the embeddings are computed on the small (batch, dim) matrix,
+    in float32; (3) when the caller back-propagates the returned loss, each chunk is embedded
+    again with a graph (under the autocast of step 1) and the cached gradient, times the
+    incoming one, is back-propagated through it. The CPU RNG state is replayed per chunk so
+    dropout masks match between passes.
 
     Requirements: `embed` maps one chunk (whatever the caller batches: texts, tensors) to a
     (chunk, dim) tensor with a graph to the trainable parameters, and is deterministic given the
-    RNG state (CPU dropout; CUDA RNG is not replayed).
+    RNG state (CPU dropout; CUDA RNG is not replayed). Call `backward` on the result once.
 
     Inputs:
         embed: chunk -> (chunk, dim) embeddings.
@@ -228,13 +223,24 @@ def cached_mnrl(
     """
     if not query_chunks or not document_chunks:
         raise ValueError("cached_mnrl needs at least one query chunk and one document chunk")
-    q, q_states = _embed_detached(embed, query_chunks)  # (batch, dim)
-    d, d_states = _embed_detached(embed, document_chunks)  # (batch, dim)
-    negatives, n_states = _embed_detached(embed, negative_chunks) if negative_chunks else (None, [])
-    loss = mnrl(q, d, negatives, scale=scale)
-    loss.backward()  # gradients w.r.t. the cached embeddings only
-    for chunks, states, reps in ((query_chunks, q_states, q), (document_chunks, d_states, d)):
-        _replay(embed, chunks, states, _grad(reps))
-    if negatives is not None:
-        _replay(embed, negative_chunks, n_states, _grad(negatives))
-    return loss.detach()
+    groups = [c for c in (query_chunks, document_chunks, negative_chunks) if c]
+    cached = [_embed_detached(embed, chunks) for chunks in groups]  # [(reps (n, dim), states)]
+    reps = [r for r, _ in cached]
+    device = reps[0].device.type
+    autocast = (torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
+    with torch.autocast(device, enabled=False):
+        loss = mnrl(reps[0], reps[1], reps[2] if len(reps) > 2 else None, scale=scale)
+        grads = torch.autograd.grad(loss, reps)
+
+    def embed_again(chunk: Any) -> torch.Tensor:  # under the autocast of the first pass
+        with torch.autocast(device, dtype=autocast[0], enabled=autocast[1]):
+            return embed(chunk)
+
+    def replay(incoming: torch.Tensor) -> None:  # runs inside backward, where grad mode is off
+        with torch.enable_grad():
+            for chunks, (_, states), grad in zip(groups, cached, grads, strict=True):
+                _replay(embed_again, chunks, states, grad * incoming)
+
+    out = loss.detach().requires_grad_(True)
+    out.register_hook(replay)
+    return out

@@ -5,9 +5,10 @@ Holds, top to bottom: `extend_position_table` and `warm_start_state_dict` (grow 
 masking at rate 0.30 (80% [MASK], 10% random, 10% kept); the mixed-length sample builder (30% of
 samples are one document at its natural length, 70% are documents concatenated to the maximum
 length; every sample is right-padded to the maximum length, the M2 padding contract); the MLM head
-(`cls.predictions.*`, decoder tied to the word embeddings, the reference's names); a compact
-training loop with held-out masked-token accuracy; and a command line that writes an encoder
-folder (`python -m docsearch.training.m2_pretrain --help`), tiny here, 80M-shape on a GPU.
+(`cls.predictions.*`, decoder tied to the word embeddings, the reference's names); the recipe
+for the shared loop (`loop.py`: AdamW, warm-up then linear decay) with held-out masked-token
+accuracy; and a command line that writes an encoder folder with a model card
+(`python -m docsearch.training.m2_pretrain --help`), tiny here, 80M-shape on a GPU.
 Leaves out: multi-GPU training, streaming corpora, gradient checkpointing, retrieval fine-tuning.
 """
 
@@ -15,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,8 +39,11 @@ from docsearch.encoders.m2_bert import (
     strip_checkpoint_prefixes,
 )
 from docsearch.encoders.weights import resolve_model
-
-IGNORE = -100  # label of unmasked positions (cross-entropy ignore_index)
+from docsearch.training.card import run_record, write_card
+from docsearch.training.loop import LoopSettings, Recipe, run_loop
+from docsearch.training.losses import IGNORE_INDEX as IGNORE
+from docsearch.training.masking import Masking
+from docsearch.training.masking import mask_tokens as mask_with
 
 # ---------------------------------------------------------------------------------------------
 # Positional warm start
@@ -121,13 +123,7 @@ def mask_tokens(
     """BERT masking: choose `mask_prob` of the non-special tokens; of those 80% become [MASK],
     10% a random token, 10% stay. Returns (inputs, labels), labels IGNORE where not chosen."""
     eligible = ~torch.isin(ids, torch.tensor(tokens.specials))
-    chosen = (torch.rand(ids.shape, generator=generator) < mask_prob) & eligible
-    labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE))
-    roll = torch.rand(ids.shape, generator=generator)
-    random_ids = torch.randint(tokens.vocab_size, ids.shape, generator=generator)
-    inputs = torch.where(chosen & (roll < 0.8), torch.full_like(ids, tokens.mask), ids)
-    inputs = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_ids, inputs)
-    return inputs, labels
+    return mask_with(ids, eligible, Masking(mask_prob), tokens.mask, tokens.vocab_size, generator)
 
 
 class MixedLengthSampler:
@@ -310,18 +306,10 @@ def _param_groups(model: nn.Module, cfg: PretrainConfig) -> list[dict[str, Any]]
         else:
             groups["decay"].append(param)
     return [
-        {"params": groups["z"], "lr": cfg.pos_emb_lr, "weight_decay": 0.0},
         {"params": groups["decay"], "lr": cfg.lr, "weight_decay": cfg.weight_decay},
         {"params": groups["no_decay"], "lr": cfg.lr, "weight_decay": 0.0},
+        {"params": groups["z"], "lr": cfg.pos_emb_lr, "weight_decay": 0.0},
     ]
-
-
-def _schedule(step: int, total: int, warmup_fraction: float) -> float:
-    """Linear warmup, then linear decay to zero (multiplier of each group's lr)."""
-    warmup = max(1, math.ceil(total * warmup_fraction))
-    if step < warmup:
-        return (step + 1) / warmup
-    return max(0.0, (total - step) / max(1, total - warmup))
 
 
 def make_eval_set(
@@ -362,32 +350,27 @@ def pretrain(
     cfg: PretrainConfig,
 ) -> PretrainResult:
     """Train `model` in place on the mixed-length MLM recipe; report held-out accuracy."""
-    torch.manual_seed(cfg.seed)
     device = next(model.parameters()).device
     sampler = MixedLengthSampler(train_documents, tokens, cfg.max_len, cfg.short_fraction, cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
-    optimizer = torch.optim.AdamW(_param_groups(model, cfg), betas=(0.9, 0.98), eps=1e-6)
-    base_lrs = [g["lr"] for g in optimizer.param_groups]
     before = masked_accuracy(model, eval_set)
+
+    def batches(step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [mask_tokens(sampler.batch(cfg.batch_size), tokens, cfg.mask_prob, generator)]
+
+    def loss(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return model(batch[0].to(device), batch[1].to(device))[0]
+
     model.train()
-    losses, start, step = [], time.monotonic(), 0
-    for step in range(cfg.steps):  # noqa: B007 - `step` is reported after the loop
-        if cfg.time_budget_s is not None and time.monotonic() - start > cfg.time_budget_s:
-            break
-        for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
-            group["lr"] = base * _schedule(step, cfg.steps, cfg.warmup_fraction)
-        inputs, labels = mask_tokens(
-            sampler.batch(cfg.batch_size), tokens, cfg.mask_prob, generator
-        )
-        loss, _ = model(inputs.to(device), labels.to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        losses.append(loss.item())
-    seconds = time.monotonic() - start
+    minutes = None if cfg.time_budget_s is None else cfg.time_budget_s / 60
+    settings = LoopSettings(
+        cfg.steps, cfg.lr, cfg.warmup_fraction, decay=True, weight_decay=cfg.weight_decay,
+        betas=(0.9, 0.98), eps=1e-6, max_grad_norm=cfg.max_grad_norm, max_minutes=minutes,
+        seed=cfg.seed,
+    )  # fmt: skip
+    state = run_loop(Recipe(_param_groups(model, cfg), batches, loss), settings)
     after = masked_accuracy(model, eval_set)
-    return PretrainResult(len(losses), seconds, before, after, losses)
+    return PretrainResult(state.step, state.seconds, before, after, state.losses)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,6 +464,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "majority_baseline": majority_baseline(eval_set),
     }
     (args.out / "pretrain_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_card(args.out, run_record(
+        title="M2-BERT pretrained by masked language modelling", encoder="m2-bert",
+        method="all weights", recipe="mixed-length MLM",
+        start={"init": str(args.init)} if args.init else f"random weights ({args.shape} shape)",
+        load={"model": str(args.out)}, losses=result.losses, planned=cfg.steps,
+        seconds=result.seconds, device=args.device, settings=asdict(cfg),
+    ))  # fmt: skip
     summary = {k: v for k, v in asdict(result).items() if k != "losses"}
     summary["majority_baseline"] = report["majority_baseline"]
     print(json.dumps(summary, indent=2))

@@ -16,7 +16,9 @@ With the decoder frozen (`lora_r=0`) its hidden states are computed once per tex
 so a step costs only the latent block: what makes a CPU run worth doing. With a LoRA (the paper
 uses r=16, alpha=32 [unverified here]) the decoder runs every step. The block starts as the
 identity (`LatentAttentionModel.start_as_identity`): training starts from mean pooling.
-Output: a folder that `get_encoder("nv-embed", model=<base>, adapter=<out>)` loads.
+Each stage is a recipe for the shared loop (`loop.py`): AdamW at a constant learning rate per
+parameter group. Output: a folder that `get_encoder("nv-embed", model=<base>, adapter=<out>)`
+loads, with a model card (`card.py`).
 Not here: turning data sets into examples (`benchmarks/nv_embed_train.py` does that for
 ../shared/data), evaluation, checkpoints and resume.
 """
@@ -48,11 +50,19 @@ from docsearch.encoders.nv_embed import (
 )
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import UsageError
+from docsearch.training.card import run_record, write_card
+from docsearch.training.data import mine
+from docsearch.training.loop import (
+    LoopSettings,
+    Recipe,
+    Reporter,
+    TrainResult,
+    local_ref,
+    run_loop,
+)
 from docsearch.training.losses import mnrl
-from docsearch.training.mntp import TrainResult, local_ref
 
 Embed = Callable[[Sequence[str], str], torch.Tensor]  # (texts, instruction) -> (n, dim) unit
-Log = Callable[[str, int, float], None]  # (stage, step, loss)
 
 
 @dataclass(frozen=True)
@@ -112,32 +122,7 @@ class Timings:
 
 
 # ---------------------------------------------------------------------------------------------
-# Pure helpers: mining, batching, the stage-2 loss
-
-
-def positive_aware_negatives(
-    scores: torch.Tensor,
-    positive_scores: torch.Tensor,
-    excluded: Sequence[set[int]],
-    k: int,
-    margin: float = 0.95,
-) -> list[list[int]]:
-    """For each query row, the `k` best candidate columns scoring below `margin` x its positive.
-
-    `scores` (queries, candidates) and `positive_scores` (queries,) come from the teacher;
-    `excluded[row]` lists columns that are never negatives (the query's own positives).
-    Fewer than `k` come back when fewer qualify.
-    """
-    allowed = scores < margin * positive_scores[:, None]  # (queries, candidates)
-    for row, never in enumerate(excluded):
-        if never:
-            allowed[row, sorted(never)] = False
-    masked = scores.masked_fill(~allowed, float("-inf"))
-    values, columns = masked.topk(min(k, scores.shape[1]), dim=1)
-    return [
-        [int(c) for c, v in zip(cols, vals, strict=True) if v > float("-inf")]
-        for cols, vals in zip(columns.tolist(), values.tolist(), strict=True)
-    ]
+# Pure helpers: batching, the stage-2 loss
 
 
 def batches(examples: Sequence[Example], batch_size: int, seed: int) -> Iterator[list[Example]]:
@@ -300,17 +285,10 @@ def mine_negatives(
     own: dict[str, set[str]] = {}
     for example in examples:
         own.setdefault(example.query, set()).add(example.positive_id)
-    columns: dict[str, list[int]] = {}
-    for column, document in enumerate(documents):
-        columns.setdefault(document.id, []).append(column)
-    excluded = [{c for i in own[e.query] for c in columns.get(i, [])} for e in examples]
-    picks = positive_aware_negatives(
-        queries @ doc_vectors.T,
-        (queries * positives).sum(-1),
-        excluded,
-        config.negatives,
-        config.margin,
-    )
+    picks = mine(
+        queries.numpy(), positives.numpy(), doc_vectors.numpy(), [d.id for d in documents],
+        [own[e.query] for e in examples], config.negatives, config.margin,
+    )  # fmt: skip
     return [
         replace(
             e,
@@ -359,32 +337,20 @@ def stage2_loss(embed: Embed, batch: Sequence[Example], config: TrainConfig) -> 
 
 
 def run_stage(
-    name: str,
     loss_fn: Callable[[Sequence[Example]], torch.Tensor],
     examples: Sequence[Example],
     groups: list[dict[str, Any]],
     steps: int,
-    deadline: float | None,
+    max_seconds: float | None,
     config: TrainConfig,
-    log: Log | None,
+    reporter: Reporter | None,
 ) -> list[float]:
-    """AdamW (grad clip 1.0) for `steps` steps or until `deadline`; the loss of every step."""
-    parameters = [p for group in groups for p in group["params"]]
-    optimiser = torch.optim.AdamW(groups)
-    losses: list[float] = []
+    """One stage in the loop: `steps` steps or `max_seconds`; returns the loss of every step."""
     stream = batches(examples, config.batch_size, config.seed)
-    for step in range(steps):
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
-        loss = loss_fn(next(stream))
-        optimiser.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-        optimiser.step()
-        losses.append(float(loss.detach()))
-        if log is not None:
-            log(name, step, losses[-1])
-    return losses
+    recipe = Recipe(groups, lambda step: [next(stream)], loss_fn)
+    minutes = None if max_seconds is None else max_seconds / 60
+    settings = LoopSettings(steps, config.lr, max_minutes=minutes, seed=config.seed)
+    return run_loop(recipe, settings, reporter).losses
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,7 +399,7 @@ def train_nv_embed(
     documents: Sequence[Document] | None = None,
     stage2: Sequence[Example] | None = None,
     config: TrainConfig | None = None,
-    log: Log | None = None,
+    reporter: Reporter | None = None,
 ) -> TrainResult:
     """Train the latent block (and a LoRA if `config.lora_r`) on `examples`; save to `out_dir`.
 
@@ -451,21 +417,26 @@ def train_nv_embed(
     )
     pool = list(documents) if documents is not None else unique_positives(examples)
     first, second = mine_stages(examples, stage2, pool, teacher, config, timings)
-    losses = train_stages(embed, decoder, latent, first, second, config, timings, log)
+    losses = train_stages(embed, decoder, latent, first, second, config, timings, reporter)
     latent.eval()
     settings = run_settings(base, config, len(first), timings)
     lora_model = decoder if config.lora_r > 0 else None
+    ref = local_ref(base)
     out = save_adapter_folder(
-        out_dir,
-        base=local_ref(base),
-        latent=latent,
-        tokenizer=tokenizer,
-        settings=settings,
+        out_dir, base=ref, latent=latent, tokenizer=tokenizer, settings=settings,
         lora_model=lora_model,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    method = "latent-attention block" + (
+        " and a decoder LoRA" if lora_model else ", decoder frozen"
     )
-    result = TrainResult(out, losses, time.perf_counter() - start, settings)
-    write_card(out, result)
-    return result
+    write_card(out, run_record(
+        title="NV-Embed adapter (latent-attention pooling)", encoder="nv-embed", method=method,
+        recipe="nv-embed two-stage", start={"model": ref}, load={"model": ref, "adapter": str(out)},
+        losses=losses, planned=config.stage1_steps + config.stage2_steps, seconds=seconds,
+        device="cpu", settings=settings["training"],
+    ))  # fmt: skip
+    return TrainResult(out, losses, seconds, settings)
 
 
 def unique_positives(examples: Sequence[Example]) -> list[Document]:
@@ -543,26 +514,25 @@ def train_stages(
     second: Sequence[Example],
     config: TrainConfig,
     timings: Timings,
-    log: Log | None,
+    reporter: Reporter | None,
 ) -> list[float]:
     """Stage 1 then stage 2 under the time budget; returns all step losses."""
     lora = [p for p in decoder.parameters() if p.requires_grad]
     groups = [{"params": list(latent.parameters()), "lr": config.lr}]
     groups += [{"params": lora, "lr": config.lora_lr}] if lora else []
-    began = time.perf_counter()
     budget = config.max_seconds
-    deadlines = (
-        None if budget is None else began + budget * config.stage1_share,
-        None if budget is None else began + budget,
-    )
+    limits = (None, None) if budget is None else (budget * config.stage1_share, budget)
     stages = (
         ("stage1", lambda b: stage1_loss(embed, b, config), first, config.stage1_steps),
         ("stage2", lambda b: stage2_loss(embed, b, config), second, config.stage2_steps),
     )
     losses: list[float] = []
-    for (name, loss_fn, data, steps), deadline in zip(stages, deadlines, strict=True):
+    for (name, loss_fn, data, steps), limit in zip(stages, limits, strict=True):
+        left = None if limit is None else limit - sum(timings.stages.values())
+        if reporter is not None:
+            reporter.status(f"NV-Embed {name}: {steps} steps")
         t0 = time.perf_counter()
-        done = run_stage(name, loss_fn, data, groups, steps, deadline, config, log)
+        done = run_stage(loss_fn, data, groups, steps, left, config, reporter)
         timings.stages[name], timings.steps[name] = time.perf_counter() - t0, len(done)
         losses += done
     return losses
@@ -585,26 +555,3 @@ def run_settings(
             "seconds": {"cache": timings.cache, "mining": timings.mining, **timings.stages},
         },
     }
-
-
-def write_card(out_dir: Path, result: TrainResult) -> None:
-    """A short README.md: what the folder is, how it was trained, how to load it."""
-    training = result.settings["training"]
-    first = result.losses[:5]
-    last = result.losses[-5:]
-    lines = [
-        "# NV-Embed adapter (latent-attention pooling)",
-        "",
-        "Written by docsearch: a latent-attention block"
-        + (" and a LoRA on the decoder" if training["lora_r"] > 0 else " on the frozen decoder")
-        + f" of `{training['base']}`, trained with the two-stage NV-Embed recipe.",
-        "",
-        f"- examples: {training['examples']}; steps: {training['steps_done']}",
-        f"- loss (mean of first / last 5 steps): {sum(first) / max(1, len(first)):.4f} / "
-        f"{sum(last) / max(1, len(last)):.4f}",
-        f"- wall time: {result.seconds:.1f} s",
-        "",
-        f"Load: `docsearch index DIR --encoder nv-embed --model {training['base']} --adapter {out_dir}`",
-        "",
-    ]
-    (out_dir / "README.md").write_text("\n".join(lines), encoding="utf-8")

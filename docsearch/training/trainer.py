@@ -1,42 +1,36 @@
-"""The training loop of `docsearch finetune`: batches, losses, schedule, checkpoints.
+"""The fine-tuning recipe of `docsearch finetune`: its settings, what it trains, its pair losses.
 
-`Loop` runs optimiser steps over prepared pairs on a `Trainable` (`trainable.py`): AdamW, linear
-warm-up then decay, gradient accumulation, gradient norm clipped at 1, bf16 autocast where the
-hardware has it. `opl` and `simcse` accumulate micro-batches; `mnrl` uses GradCache
-(`cached_mnrl`), so its in-batch negatives span the whole effective batch. A checkpoint is
-written every N steps and on Ctrl-C; resuming restores the weights, optimiser, schedule, RNG and
-position, and the batch order depends only on (seed, position), so an interrupted run ends where
-an uninterrupted one would. Under a time limit the learning-rate decay is re-aimed after every
-step at the last step that fits, so a time-limited run still ends with a small learning rate.
-Not here: the run around the loop (data, evaluation, saving: `finetune.py`), the losses.
+- `TrainSettings`: the options of a run (loss, steps, batches, negatives, learning rate, LoRA).
+- `Trainable`: what the loop optimises and how the result is saved. sentence-transformers: the
+  whole model (full fine-tuning), saved as a model folder; llm2vec: a fresh LoRA (peft, r=16,
+  alpha=32, LLM2Vec's targets) on the bidirectional decoder, over at most one earlier (MNTP)
+  adapter, saved as an llm2vec adapter folder. Either way the encoder's own `embed` computes the
+  vectors, so training embeds texts exactly as search does (prompts, instructions, pooling).
+- `pairs_recipe`: effective batches of pairs for the loop (`loop.py`), in an order that depends
+  only on (seed, position), so a resumed run sees what an uninterrupted one would have; `opl`
+  and `simcse` accumulate micro-batches, `mnrl` runs as GradCache (`cached_mnrl`), so its
+  in-batch negatives span the whole effective batch.
+Not here: the loop, the run around it (data, evaluation, saving: `finetune.py`), the losses.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import math
-import os
 import random
-import shutil
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from docsearch.errors import UsageError
 from docsearch.training.data import Pair, relevant_docs
+from docsearch.training.loop import LoopSettings, Recipe, local_ref
 from docsearch.training.losses import cached_mnrl, opl_all_pairs, simcse
-from docsearch.training.trainable import Trainable, bf16_supported
-
-log = logging.getLogger(__name__)
 
 LOSSES = ("opl", "mnrl", "simcse", "mntp")
-STATE_FILE = "state.pt"
-KEEP_CHECKPOINTS = 2
+Embed = Callable[[Sequence[str], str], torch.Tensor]  # (texts, side) -> (n, dim), with grad
 
 
 @dataclass
@@ -81,33 +75,101 @@ class TrainSettings:
         if self.negatives < 0 or (self.steps is not None and self.steps < 1) or self.epochs <= 0:
             raise UsageError("negatives must be >= 0, steps >= 1 and epochs > 0")
 
+    def planned_steps(self, n_pairs: int) -> int:
+        per_step = self.batch_size * self.grad_accum
+        if self.steps is not None:
+            return self.steps
+        return max(1, math.ceil(self.epochs * n_pairs / per_step))
 
-@dataclass
-class StepReport:
-    step: int
-    total: int
-    loss: float
-    mean_loss: float  # over the last 20 steps
-    lr: float
-    seconds: float  # training time so far (all sessions)
-    eta: float  # seconds left, within --max-minutes
-
-
-class Reporter(Protocol):
-    def status(self, message: str) -> None: ...
-
-    def step(self, report: StepReport) -> None: ...
-
-
-class QuietReporter:
-    def status(self, message: str) -> None:
-        log.info(message)
-
-    def step(self, report: StepReport) -> None: ...
+    def loop_settings(self, planned: int, lr: float, bf16: bool) -> LoopSettings:
+        return LoopSettings(
+            planned, lr, self.warmup, decay=True, weight_decay=self.weight_decay,
+            max_grad_norm=self.max_grad_norm, max_minutes=self.max_minutes,
+            checkpoint_every=self.checkpoint_every, seed=self.seed, bf16=bf16,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. Batches, losses, schedule
+# What is trained
+
+
+@dataclass
+class Trainable:
+    """An encoder whose `embed` the loop trains through `module`; `save` writes the result."""
+
+    encoder: Any  # has `embed(texts, side)`
+    method: str  # "full fine-tuning" or "LoRA"
+    module: torch.nn.Module
+    save: Callable[[Path], dict[str, Any]]  # folder -> the encoder options that load it
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+
+def make_trainable(
+    encoder: Any, options: dict[str, Any], lora_r: int = 16, lora_alpha: int = 32
+) -> Trainable:
+    if encoder.name == "llm2vec":
+        return llm2vec_lora(encoder, options, lora_r, lora_alpha)
+    if encoder.name != "sentence-transformers":
+        raise UsageError(
+            f"docsearch finetune trains the sentence-transformers and llm2vec encoders, not "
+            f"{encoder.name!r}"
+        )
+    module = encoder.module
+
+    def save(folder: Path) -> dict[str, Any]:
+        module.save(str(folder), create_model_card=False)
+        return {**options, "adapter": str(folder.resolve())}
+
+    return Trainable(encoder, "full fine-tuning", module, save)
+
+
+def llm2vec_lora(
+    encoder: Any,
+    options: dict[str, Any],
+    r: int = 16,
+    alpha: int = 32,
+    settings: dict[str, Any] | None = None,
+) -> Trainable:
+    """A fresh LoRA on an llm2vec encoder, saved as an adapter folder that names its base and
+    holds the (MNTP) adapter it was trained over; `settings` is its `llm2vec_config.json`
+    (default: the encoder's pooling and lengths)."""
+    from docsearch.encoders.llm2vec import (
+        adapter_base,
+        is_adapter_folder,
+        load_tokenizer,
+        resolve_layers,
+        save_adapter,
+        tokenizer_folder,
+    )
+
+    first, base_folder, stack = resolve_layers(options["model"], options.get("adapter"))
+    if len(stack) > 1:
+        raise UsageError(
+            "llm2vec training starts from a base model, or a base plus one (MNTP) adapter; "
+            "this one already stacks two adapters"
+        )
+    base = adapter_base(first) if is_adapter_folder(first) else local_ref(options["model"])
+    tokenizer = load_tokenizer(tokenizer_folder(first, base_folder))
+    config = settings or {
+        "pooling_mode": encoder.pooling, "max_length": encoder.max_length,
+        "doc_max_length": encoder.doc_max_length, "skip_instruction": encoder.skip_instruction,
+    }  # fmt: skip
+    model = encoder.add_lora(r, alpha)
+
+    def save(folder: Path) -> dict[str, Any]:
+        parent = stack[0] if stack else None
+        save_adapter(model, folder, base=base, tokenizer=tokenizer, settings=config, parent=parent)
+        rest = {k: v for k, v in options.items() if k != "adapter"}
+        return {**rest, "model": base, "adapter": str(folder.resolve())}
+
+    return Trainable(encoder, "LoRA", model, save)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches and losses
 
 
 class PairOrder:
@@ -139,16 +201,15 @@ def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 def opl_loss(
-    trainable: Trainable, pairs: Sequence[Pair], relevant: Mapping[str, set[str]] | None = None
+    embed: Embed, pairs: Sequence[Pair], relevant: Mapping[str, set[str]] | None = None
 ) -> torch.Tensor:
     """OPL over (query, positive, 1.0) and (query, negative, 0.0); each query embedded once.
 
     With `relevant` (query -> its relevant documents), in-batch: every query is also scored
     against the other pairs' documents, label 0.0 unless the document may be relevant to it.
     """
-    q = trainable.embed([p.query for p in pairs], "query")  # (b, dim)
-    docs = [d for p in pairs for d in (p.positive, *p.negatives)]
-    d = trainable.embed(docs, "document")  # (b * (1 + k), dim)
+    q = embed([p.query for p in pairs], "query")  # (b, dim)
+    d = embed([d for p in pairs for d in (p.positive, *p.negatives)], "document")  # (b(1+k), dim)
     labels = in_batch_labels(pairs, relevant).to(q.device)
     return opl_all_pairs(q.float(), d.float(), labels)
 
@@ -175,228 +236,42 @@ def in_batch_labels(pairs: Sequence[Pair], relevant: Mapping[str, set[str]] | No
     return labels
 
 
-def simcse_loss(trainable: Trainable, pairs: Sequence[Pair], scale: float) -> torch.Tensor:
+def simcse_loss(embed: Embed, pairs: Sequence[Pair], scale: float) -> torch.Tensor:
     texts = list(dict.fromkeys(p.positive for p in pairs))  # a duplicate would be its own negative
-    a = trainable.embed(texts, "document")  # (b, dim)
-    b = trainable.embed(texts, "document")  # (b, dim), other dropout masks
+    a = embed(texts, "document")  # (b, dim)
+    b = embed(texts, "document")  # (b, dim), other dropout masks
     return simcse(a.float(), b.float(), scale=scale)
 
 
-def mnrl_step(
-    trainable: Trainable, pairs: Sequence[Pair], size: int, scale: float, autocast: Any
-) -> torch.Tensor:
-    """GradCache MNRL over all `pairs` (backward included); mini-batches of `size` texts."""
+def mnrl_loss(embed: Embed, pairs: Sequence[Pair], size: int, scale: float) -> torch.Tensor:
+    """GradCache MNRL over all `pairs`, in mini-batches of `size` texts."""
 
-    def embed(chunk: tuple[str, Sequence[str]]) -> torch.Tensor:
-        with autocast():
-            return trainable.embed(chunk[1], chunk[0]).float()  # (chunk, dim)
+    def embed_chunk(chunk: tuple[str, Sequence[str]]) -> torch.Tensor:
+        return embed(chunk[1], chunk[0]).float()  # (chunk, dim)
 
     queries = [("query", [p.query for p in c]) for c in chunks(pairs, size)]
     positives = [("document", [p.positive for p in c]) for c in chunks(pairs, size)]
-    negatives = [n for p in pairs for n in p.negatives]
-    negative_chunks = [("document", c) for c in chunks(negatives, size)]
-    return cached_mnrl(embed, queries, positives, negative_chunks, scale=scale)
+    negatives = [("document", c) for c in chunks([n for p in pairs for n in p.negatives], size)]
+    return cached_mnrl(embed_chunk, queries, positives, negatives, scale=scale)
 
 
-def warmup_linear(planned: int, warmup: float) -> Callable[[int], float]:
-    """Learning-rate factor: rises over the first `warmup` share of steps, then falls to 0."""
-    warm = int(planned * warmup)
+def pairs_recipe(trainable: Trainable, pairs: Sequence[Pair], settings: TrainSettings) -> Recipe:
+    """The loop's recipe: step s trains on pairs [s * B, (s + 1) * B) of the endless order,
+    B = batch_size x grad_accum, in micro-batches of batch_size (one GradCache batch for mnrl)."""
+    order = PairOrder(len(pairs), settings.seed)
+    relevant = relevant_docs(pairs) if settings.in_batch else None
+    size, embed, s = settings.batch_size * settings.grad_accum, trainable.encoder.embed, settings
 
-    def factor(step: int) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        return max(0.0, (planned - step) / max(1, planned - warm))
+    def batches(step: int) -> list[Sequence[Pair]]:
+        batch = [pairs[i] for i in order.batch(step * size, size)]
+        return [batch] if s.loss == "mnrl" else list(chunks(batch, s.batch_size))
 
-    return factor
-
-
-# ---------------------------------------------------------------------------------------------
-# 3. Checkpoints
-
-
-@dataclass
-class LoopState:
-    step: int = 0
-    losses: list[float] = field(default_factory=list)
-    seconds: float = 0.0  # training time over all sessions
-    stopped: str = ""  # why the run ended before its planned steps, if it did
-
-
-def checkpoint_dirs(run_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first (a partial one has no state file yet)."""
-    found = [p for p in run_dir.glob("step-*") if (p / STATE_FILE).exists()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
-
-
-def save_checkpoint(
-    run_dir: Path, trainable: Trainable, optimiser: Any, scheduler: Any, state: LoopState
-) -> Path:
-    """Write step-N atomically (a partial folder renamed into place); keep the last two."""
-    target = run_dir / f"step-{state.step:06d}"
-    partial = run_dir / f".{target.name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    blob = {
-        "model": trainable.state(),
-        "optimiser": optimiser.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "rng": torch.get_rng_state(),
-    }
-    torch.save(blob, partial / STATE_FILE)
-    (partial / "loop.json").write_text(json.dumps(asdict(state)))
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(partial, target)
-    for old in checkpoint_dirs(run_dir)[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return target
-
-
-def load_checkpoint(path: Path, trainable: Trainable, optimiser: Any, scheduler: Any) -> LoopState:
-    blob = torch.load(path / STATE_FILE, weights_only=True)
-    trainable.load_state(blob["model"])
-    optimiser.load_state_dict(blob["optimiser"])
-    scheduler.load_state_dict(blob["scheduler"])
-    torch.set_rng_state(blob["rng"])
-    return LoopState(**json.loads((path / "loop.json").read_text()))
-
-
-# ---------------------------------------------------------------------------------------------
-# 4. The loop
-
-
-class Loop:
-    """Optimiser steps over the prepared pairs, with checkpoints, a time limit and progress."""
-
-    def __init__(
-        self,
-        trainable: Trainable,
-        pairs: Sequence[Pair],
-        settings: TrainSettings,
-        planned: int,
-        run_dir: Path,
-        reporter: Reporter,
-    ) -> None:
-        self.trainable, self.pairs, self.settings = trainable, pairs, settings
-        self.planned, self.run_dir, self.reporter = planned, run_dir, reporter
-        self.order = PairOrder(len(pairs), settings.seed)
-        self.relevant = relevant_docs(pairs) if settings.in_batch else None
-        params = trainable.parameters()
-        lr = settings.lr or (2e-5 if trainable.method == "full fine-tuning" else 1e-4)
-        self.optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=settings.weight_decay)
-        self.horizon = planned  # the step the learning rate reaches 0 (see `_replan`)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimiser, self._factor)
-        self.device = str(_device_of_params(params))
-        use_bf16 = bf16_supported(self.device) if settings.bf16 is None else settings.bf16
-        self.bf16 = use_bf16
-        self._dirty = False  # weights changed but the step is not yet counted
-
-    def _factor(self, step: int) -> float:
-        return warmup_linear(self.horizon, self.settings.warmup)(step)
-
-    def _replan(self, state: LoopState) -> None:
-        """Under --max-minutes: end (and aim the decay) at the step nearest the deadline."""
-        limit = self.settings.max_minutes
-        if limit is None or not state.step:
-            return
-        per_step = max(state.seconds / state.step, 1e-9)
-        left = limit * 60 - state.seconds
-        fits = state.step + (int(left / per_step + 0.5) if left > 0 else 0)
-        self.horizon = max(state.step, min(self.planned, fits))
-
-    def autocast(self) -> Any:
-        kind = "cuda" if self.device.startswith("cuda") else "cpu"
-        return torch.autocast(kind, dtype=torch.bfloat16, enabled=self.bf16)
-
-    def start(self) -> LoopState:
-        """A fresh run: the dropout RNG is seeded, so equal settings give equal runs."""
-        torch.manual_seed(self.settings.seed)
-        return LoopState()
-
-    def resume(self) -> LoopState:
-        found = checkpoint_dirs(self.run_dir)
-        if not found:
-            return self.start()
-        self.reporter.status(f"resuming from {found[-1].name}")
-        return load_checkpoint(found[-1], self.trainable, self.optimiser, self.scheduler)
-
-    def step_loss(self, step: int) -> float:
-        """One optimiser step: forward and backward over the effective batch; returns its loss."""
-        s = self.settings
-        size = s.batch_size * s.grad_accum
-        batch = [self.pairs[i] for i in self.order.batch(step * size, size)]
-        self.trainable.train_mode(True)
+    def loss(part: Sequence[Pair]) -> torch.Tensor:
         if s.loss == "mnrl":
-            return float(mnrl_step(self.trainable, batch, s.batch_size, s.scale, self.autocast))
-        total = 0.0
-        for part in chunks(batch, s.batch_size):
-            with self.autocast():
-                if s.loss == "opl":
-                    loss = opl_loss(self.trainable, part, self.relevant)
-                else:
-                    loss = simcse_loss(self.trainable, part, s.scale)
-            weighted = loss * (len(part) / len(batch))
-            weighted.backward()
-            total += float(weighted.detach())
-        return total
+            return mnrl_loss(embed, part, s.batch_size, s.scale)
+        if s.loss == "opl":
+            return opl_loss(embed, part, relevant)
+        return simcse_loss(embed, part, s.scale)
 
-    def update(self) -> None:
-        params = [p for g in self.optimiser.param_groups for p in g["params"]]
-        torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
-        self._dirty = True
-        self.optimiser.step()
-        self.optimiser.zero_grad(set_to_none=True)
-
-    def run(self, state: LoopState) -> LoopState:
-        saved = state.step
-        try:
-            while state.step < self.horizon and not self._out_of_time(state):
-                started = time.perf_counter()
-                loss = self.step_loss(state.step)
-                self.update()
-                state.step += 1
-                state.losses.append(loss)
-                state.seconds += time.perf_counter() - started
-                self._replan(state)
-                self.scheduler.step()  # the next step's learning rate, aimed at the horizon
-                self._dirty = False
-                self.reporter.step(self._report(state))
-                if state.step % self.settings.checkpoint_every == 0 and state.step < self.horizon:
-                    save_checkpoint(
-                        self.run_dir, self.trainable, self.optimiser, self.scheduler, state
-                    )
-                    saved = state.step
-        except KeyboardInterrupt:
-            if state.step > saved and not self._dirty:
-                save_checkpoint(self.run_dir, self.trainable, self.optimiser, self.scheduler, state)
-            raise
-        if state.step < self.planned:
-            state.stopped = f"stopped by the {self.settings.max_minutes} minute limit"
-        return state
-
-    def _out_of_time(self, state: LoopState) -> bool:
-        limit = self.settings.max_minutes
-        return limit is not None and state.seconds >= limit * 60
-
-    def _report(self, state: LoopState) -> StepReport:
-        per_step = state.seconds / max(1, state.step)
-        eta = per_step * (self.horizon - state.step)
-        if self.settings.max_minutes is not None:
-            eta = min(eta, max(0.0, self.settings.max_minutes * 60 - state.seconds))
-        recent = state.losses[-20:]
-        return StepReport(
-            state.step, self.horizon, state.losses[-1], sum(recent) / len(recent),
-            float(self.scheduler.get_last_lr()[0]), state.seconds, eta,
-        )  # fmt: skip
-
-
-def _device_of_params(params: Sequence[torch.nn.Parameter]) -> torch.device:
-    if not params:
-        raise UsageError("the encoder has no trainable parameters")
-    return params[0].device
-
-
-def planned_steps(settings: TrainSettings, n_pairs: int) -> int:
-    if settings.steps is not None:
-        return settings.steps
-    per_step = settings.batch_size * settings.grad_accum
-    return max(1, math.ceil(settings.epochs * n_pairs / per_step))
+    trainable.module.train()
+    return Recipe([{"params": trainable.params}], batches, loss)

@@ -19,11 +19,11 @@ from docsearch.encoders.llm2vec import (
 )
 from docsearch.errors import UsageError
 from docsearch.training.losses import mntp
+from docsearch.training.masking import mask_tokens
 from docsearch.training.mntp import (
     STRATEGIES,
     lm_logits,
     mask_token_id,
-    mask_tokens,
     maskable_positions,
     token_blocks,
     train_mntp,
@@ -144,7 +144,9 @@ def test_train_mntp_saves_an_adapter_that_lowers_the_loss_and_loads(
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     assert config["base_model_name_or_path"] == str(tiny_llama.resolve())
-    assert (out / "README.md").exists() and len(result.losses) == 20
+    assert len(result.losses) == 20
+    assert f"--model {tiny_llama.resolve()} --adapter {out}" in (out / "README.md").read_text()
+    assert json.loads((out / "training.json").read_text())["losses"] == result.losses
     assert fixed_mntp_loss(tiny_llama, out) < fixed_mntp_loss(tiny_llama, None) - 0.05
     base = LLM2VecEncoder(str(tiny_llama), max_length=32, doc_max_length=20)
     adapted = LLM2VecEncoder(str(tiny_llama), adapter=str(out), max_length=32, doc_max_length=20)

@@ -140,6 +140,8 @@ def test_cached_mnrl_matches_full_batch_gradients_with_dropout() -> None:
     cached = _encoder().train()
     torch.manual_seed(5)
     loss = cached_mnrl(cached, chunks["q"], chunks["d"], chunks["n"], scale=20.0)
+    assert all(p.grad is None for p in cached.parameters())  # the replay waits for backward
+    loss.backward()
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
     for (name, p_full), p_cached in zip(full.named_parameters(), cached.parameters(), strict=True):
         assert p_full.grad is not None and p_cached.grad is not None

@@ -227,6 +227,9 @@ def test_command_line_writes_an_encoder_folder_and_a_report(tokenizer, tmp_path:
     assert json.loads((out / "pretrain_report.json").read_text())["recipe"]["mask_prob"] == 0.3
     encoder = get_encoder("m2-bert", model=str(out))
     assert encoder.max_tokens == 62
+    card = (out / "README.md").read_text()  # the model card every recipe writes
+    assert f"--encoder m2-bert --model {out}" in card and "mixed-length MLM" in card
+    assert json.loads((out / "training.json").read_text())["steps"] == 3
 
 
 @pytest.mark.slow

@@ -37,7 +37,6 @@ from docsearch.training.nv_embed_train import (
     live_embed,
     mine_negatives,
     own_negatives_loss,
-    positive_aware_negatives,
     stage2_loss,
     train_nv_embed,
 )
@@ -79,17 +78,6 @@ def _one_thread():  # type: ignore[no-untyped-def]
 
 # ---------------------------------------------------------------------------------------------
 # Pure helpers
-
-
-def test_positive_aware_mining_keeps_only_candidates_below_margin_times_positive() -> None:
-    scores = torch.tensor([[0.90, 0.80, 0.75, 0.10, 0.60], [0.20, 0.95, 0.30, 0.40, 0.10]])
-    positive = torch.tensor([0.84, 0.50])  # thresholds 0.798 and 0.475
-    picks = positive_aware_negatives(scores, positive, [{4}, set()], k=2, margin=0.95)
-    # row 0: 0.90 and 0.80 are too close to the positive, 0.60 is its own positive -> 0.75, 0.10
-    assert picks[0] == [2, 3]
-    # row 1: 0.95 is above the positive; then 0.40 and 0.30, best first
-    assert picks[1] == [3, 2]
-    assert positive_aware_negatives(scores, positive, [set(), set()], k=5, margin=0.5)[1] == [0, 4]
 
 
 def test_batches_never_repeat_a_query_or_a_positive_document() -> None:

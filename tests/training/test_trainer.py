@@ -18,16 +18,15 @@ from docsearch.encoders.base import get_encoder
 from docsearch.errors import UsageError
 from docsearch.training.data import Pair
 from docsearch.training.finetune import CHECKPOINTS, FinetuneJob, finetune
+from docsearch.training.loop import LoopState, StepReport, aimed_horizon, run_loop, schedule
 from docsearch.training.losses import mnrl
 from docsearch.training.trainer import (
-    Loop,
-    LoopState,
-    StepReport,
+    Trainable,
     TrainSettings,
     in_batch_labels,
-    mnrl_step,
+    mnrl_loss,
     opl_loss,
-    warmup_linear,
+    pairs_recipe,
 )
 from tests.training.tiny_st import build_tiny_st, write_pairs
 
@@ -88,12 +87,10 @@ def vectors(options: dict[str, Any]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# A fake trainable: word vectors summed, no dropout, exact arithmetic
+# A fake encoder: word vectors summed, no dropout, exact arithmetic
 
 
 class BagOfWords:
-    method = "full fine-tuning"
-
     def __init__(self, dim: int = 8) -> None:
         torch.manual_seed(0)
         self.table = torch.nn.Embedding(64, dim)
@@ -105,19 +102,8 @@ class BagOfWords:
         rows = [self.table(torch.tensor(self._ids(t))).sum(0) for t in texts]
         return torch.stack(rows)  # (n, dim)
 
-    def parameters(self) -> list[torch.nn.Parameter]:
-        return list(self.table.parameters())
-
-    def train_mode(self, on: bool) -> None: ...
-
-    def state(self) -> dict[str, torch.Tensor]:
-        return {k: v.clone() for k, v in self.table.state_dict().items()}
-
-    def load_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.table.load_state_dict(state)
-
-    def save(self, folder: Path) -> dict[str, Any]:
-        return {}
+    def trainable(self) -> Trainable:
+        return Trainable(self, "full fine-tuning", self.table, lambda folder: {})
 
 
 PAIRS = [
@@ -126,16 +112,16 @@ PAIRS = [
 ]
 
 
-def one_step(settings: TrainSettings, tmp_path: Path) -> torch.Tensor:
+def one_step(settings: TrainSettings) -> torch.Tensor:
     model = BagOfWords()
-    loop = Loop(model, PAIRS, settings, 1, tmp_path, Recorder())  # type: ignore[arg-type]
-    loop.run(loop.start())
+    recipe = pairs_recipe(model.trainable(), PAIRS, settings)
+    run_loop(recipe, settings.loop_settings(1, settings.lr or 0.0, bf16=False))
     return model.table.weight.detach().clone()
 
 
 def test_opl_loss_is_the_mean_squared_cosine_error_over_every_pair() -> None:
     model = BagOfWords()
-    loss = opl_loss(model, PAIRS[:2])  # type: ignore[arg-type]
+    loss = opl_loss(model.embed, PAIRS[:2])
     expected = []
     for pair in PAIRS[:2]:
         q = model.embed([pair.query], "query")[0]
@@ -145,17 +131,17 @@ def test_opl_loss_is_the_mean_squared_cosine_error_over_every_pair() -> None:
     assert torch.allclose(loss, torch.stack(expected).mean(), atol=1e-6)
 
 
-def test_gradient_accumulation_equals_one_large_batch(tmp_path: Path) -> None:
+def test_gradient_accumulation_equals_one_large_batch() -> None:
     common = {"lr": 0.1, "warmup": 0.0, "bf16": False, "loss": "opl"}
-    accumulated = one_step(TrainSettings(batch_size=2, grad_accum=4, **common), tmp_path / "a")
-    whole = one_step(TrainSettings(batch_size=8, grad_accum=1, **common), tmp_path / "b")
+    accumulated = one_step(TrainSettings(batch_size=2, grad_accum=4, **common))
+    whole = one_step(TrainSettings(batch_size=8, grad_accum=1, **common))
     assert torch.allclose(accumulated, whole, atol=1e-6)
     assert not torch.allclose(whole, BagOfWords().table.weight)
 
 
-def test_mnrl_step_spans_the_whole_effective_batch() -> None:
+def test_mnrl_spans_the_whole_effective_batch() -> None:
     model = BagOfWords()
-    mnrl_step(model, PAIRS, 3, 20.0, lambda: torch.autocast("cpu", enabled=False))  # type: ignore[arg-type]
+    mnrl_loss(model.embed, PAIRS, 3, 20.0).backward()  # GradCache, in mini-batches of 3
     cached = model.table.weight.grad.clone()  # type: ignore[union-attr]
     model.table.weight.grad = None
     q = model.embed([p.query for p in PAIRS], "query")
@@ -165,15 +151,13 @@ def test_mnrl_step_spans_the_whole_effective_batch() -> None:
     assert torch.allclose(cached, model.table.weight.grad, atol=1e-5)  # type: ignore[arg-type]
 
 
-def test_a_time_limit_aims_the_decay_at_the_deadline(tmp_path: Path) -> None:
-    settings = TrainSettings(batch_size=2, grad_accum=1, max_minutes=1.0, bf16=False)
-    loop = Loop(BagOfWords(), PAIRS, settings, 100, tmp_path, Recorder())  # type: ignore[arg-type]
-    loop._replan(LoopState(step=2, seconds=10.0))  # 5 s a step: 10 more steps fit in the minute
-    assert loop.horizon == 12
-    loop._replan(LoopState(step=2, seconds=58.0))  # 2 s left of a 29 s step: stop here
-    assert loop.horizon == 2
-    loop._replan(LoopState(step=2, seconds=70.0))  # past the deadline
-    assert loop.horizon == 2
+def test_a_time_limit_aims_the_decay_at_the_deadline() -> None:
+    # 5 s a step: 10 more steps fit in the minute
+    assert aimed_horizon(100, LoopState(step=2, seconds=10.0), max_minutes=1.0) == 12
+    # 2 s left of a 29 s step: stop here
+    assert aimed_horizon(100, LoopState(step=2, seconds=58.0), max_minutes=1.0) == 2
+    assert aimed_horizon(100, LoopState(step=2, seconds=70.0), max_minutes=1.0) == 2  # past it
+    assert aimed_horizon(100, LoopState(step=2, seconds=10.0), max_minutes=None) == 100
 
 
 NAN = float("nan")
@@ -200,14 +184,14 @@ def test_in_batch_labels_mark_other_pairs_documents_negative_unless_possibly_rel
 def test_in_batch_opl_scores_each_query_against_the_whole_micro_batch() -> None:
     model = BagOfWords()
     pairs = [replace(p, negative_docs=(f"n{i}a", f"n{i}b")) for i, p in enumerate(PAIRS[:3])]
-    loss = opl_loss(model, pairs, {p.query: {p.doc_id} for p in pairs})  # type: ignore[arg-type]
+    loss = opl_loss(model.embed, pairs, {p.query: {p.doc_id} for p in pairs})
     q = torch.nn.functional.normalize(model.embed([p.query for p in pairs], "query"), dim=-1)
     docs = [d for p in pairs for d in (p.positive, *p.negatives)]
     d = torch.nn.functional.normalize(model.embed(docs, "document"), dim=-1)
     labels = torch.zeros(3, 9)
     labels[0, 0] = labels[1, 3] = labels[2, 6] = 1.0
     assert torch.allclose(loss, ((q @ d.T - labels) ** 2).mean(), atol=1e-6)
-    assert not torch.allclose(loss, opl_loss(model, pairs))  # type: ignore[arg-type]
+    assert not torch.allclose(loss, opl_loss(model.embed, pairs))
 
 
 def test_in_batch_is_only_for_opl() -> None:
@@ -221,11 +205,36 @@ def test_opl_trains_on_random_negatives_and_contrastive_losses_on_mined_ones() -
     assert TrainSettings(loss="opl", negatives=4, mined=3).mined_negatives() == 3
 
 
-def test_warmup_then_linear_decay() -> None:
-    factor = warmup_linear(10, 0.2)
+def test_warmup_then_linear_decay_or_constant() -> None:
+    factor = schedule(10, 0.2)
     assert [round(factor(s), 3) for s in range(10)] == [
         0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125,
     ]  # fmt: skip
+    assert [schedule(10, 0.2, decay=False)(s) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The trainable families: `embed` carries gradients, and the encode methods are it under no_grad
+
+
+def test_sentence_transformers_encode_is_embed_without_gradients(tiny_st: Path) -> None:
+    encoder = get_encoder("sentence-transformers", model=str(tiny_st), query_prompt="query: ")
+    vectors = encoder.embed(TEXTS, "query")  # type: ignore[attr-defined]
+    assert vectors.requires_grad
+    expected = torch.nn.functional.normalize(vectors.detach(), dim=-1).numpy()
+    assert np.allclose(encoder.encode_queries(TEXTS), expected, atol=1e-6)
+    assert not np.allclose(encoder.encode_documents(TEXTS), expected, atol=1e-3)  # no prompt
+
+
+def test_llm2vec_encode_is_embed_without_gradients(tmp_path: Path) -> None:
+    from tests.encoders.tiny_decoder import folder
+
+    encoder = get_encoder("llm2vec", model=str(folder("llama", tmp_path)), max_length=32)
+    vectors = encoder.embed(TEXTS, "query")  # type: ignore[attr-defined]
+    assert vectors.requires_grad
+    expected = torch.nn.functional.normalize(vectors.detach(), dim=-1).numpy()
+    assert np.allclose(encoder.encode_queries(TEXTS), expected, atol=1e-5)
+    assert not np.allclose(encoder.encode_documents(TEXTS), expected, atol=1e-3)  # no instruction
 
 
 # ---------------------------------------------------------------------------------------------
