@@ -15,8 +15,7 @@ What this module holds, top to bottom:
    decoder, `latent_attention_model.*`: the block), strictly, into our own modules; the
    decoder is the bidirectional one of `docsearch.encoders.llm2vec`. Or a base decoder plus an
    adapter folder written by `docsearch.training.nv_embed_train` (a LoRA and a latent block).
-5. A tiny random checkpoint in the released layout (tests, and `docsearch index` demos).
-6. The `nv-embed` encoder.
+5. The `nv-embed` encoder.
 
 Not here: training (`docsearch.training.nv_embed_train`); fp16 autocast (the reference's GPU
 path; pick `dtype` instead); the reference's `trust_remote_code` classes (never executed).
@@ -572,126 +571,7 @@ def load_nv_tokenizer(base: Path, adapter: Path | None) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. A tiny random checkpoint in the released layout
-
-_TINY_TEXT = """Instruct: Given a question, retrieve passages that answer the question
-Query: what does the contract say about termination for convenience and notice periods?
-The lessee shall pay the rent on the first day of each month. Patients were randomised to the
-study drug or a placebo. Tighten the bolts to 25 newton metres before use. The agreement may be
-terminated by either party with thirty days written notice. Results are reported in Table 2."""
-
-
-def build_tokenizer(text: str = _TINY_TEXT, vocab_size: int = 400) -> Any:
-    """A byte-level BPE tokenizer trained in memory, laid out like Mistral's: `<unk>`=0,
-    `<s>`=1 (added in front of every text), `</s>`=2. Any text encodes; offsets are exact."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    raw = Tokenizer(models.BPE(unk_token="<unk>"))
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<unk>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    raw.train_from_iterator([text], trainer)
-    raw.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=raw, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-
-
-def released_config(decoder_config_: Any, latent: LatentAttentionConfig) -> dict[str, Any]:
-    """An NV-Embed `config.json`: nvembed outer config, `bidir_<type>` text_config."""
-    text_config = decoder_config_.to_dict()
-    text_config["model_type"] = f"bidir_{decoder_config_.model_type}"
-    return {
-        "model_type": NVEMBED_MODEL_TYPE,
-        "architectures": ["NVEmbedModel"],
-        "hidden_size": decoder_config_.hidden_size,
-        "add_eos": True,
-        "add_pad_token": True,
-        "is_mask_instruction": True,
-        "mask_type": "b",
-        "padding_side": "right",
-        "latent_attention_config": latent.to_dict(),
-        "text_config": text_config,
-    }
-
-
-def save_released_layout(
-    folder: str | Path,
-    decoder: nn.Module,
-    latent: LatentAttentionModel,
-    tokenizer: Any,
-    *,
-    licence: str | None = None,
-) -> Path:
-    """Write `decoder` + `latent` as an NV-Embed folder: config.json, model.safetensors with the
-    `embedding_model.*` / `latent_attention_model.*` names, and the tokenizer files."""
-    from safetensors.torch import save_file
-
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    config = released_config(decoder.config, latent.config)
-    if licence is not None:
-        config["license"] = licence
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    state = {f"{DECODER_PREFIX}{k}": v for k, v in decoder.state_dict().items()}
-    state |= {f"{LATENT_PREFIX}{k}": v for k, v in latent.state_dict().items()}
-    state = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.save_pretrained(str(out))
-    return out
-
-
-def randomise(module: nn.Module, generator: torch.Generator) -> None:
-    """Every parameter non-trivial: norm gains around 1, other weights and biases small noise,
-    so a parameter loaded into the wrong place changes the outputs."""
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
-            is_gain = param.ndim == 1 and "norm" in name and name.endswith("weight")
-            param.copy_(1.0 + 0.1 * noise if is_gain else 0.05 * noise)
-
-
-def save_random_released(
-    folder: str | Path,
-    *,
-    seed: int = 0,
-    hidden: int = 64,
-    layers: int = 2,
-    latents: int = 16,
-    heads: int = 2,
-    head_dim: int = 32,
-) -> Path:
-    """A tiny random NV-Embed (bidirectional Mistral + latent attention) in the released layout.
-
-    `get_encoder("nv-embed", model=folder)` and `docsearch index DIR --encoder nv-embed
-    --model <folder>` load it offline. Random weights: the vectors mean nothing.
-    """
-    from transformers import MistralConfig, MistralModel
-
-    tokenizer = build_tokenizer()
-    config = MistralConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=hidden // 4, max_position_embeddings=4096, sliding_window=4096,
-        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
-    )  # fmt: skip
-    generator = torch.Generator().manual_seed(seed)
-    decoder = MistralModel(config)
-    latent = LatentAttentionModel(LatentAttentionConfig(latents, hidden, hidden, heads, head_dim))
-    randomise(decoder, generator)
-    randomise(latent, generator)
-    note = "none: random weights written by docsearch (not NVIDIA's)"
-    return save_released_layout(folder, decoder, latent, tokenizer, licence=note)
-
-
-# ---------------------------------------------------------------------------------------------
-# 6. The encoder
+# 5. The encoder
 
 
 @register("nv-embed", aliases=("nv_embed", "nvembed"))
