@@ -34,7 +34,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.base import (
+    hf_count_tokens,
+    hf_token_spans,
+    l2_normalize,
+    register,
+    spec_of,
+)
+from docsearch.encoders.device import resolve_device, resolve_dtype
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
 
@@ -51,7 +58,6 @@ CHANNEL_BLOCK = 64
 # The GLU MLP runs this many positions at a time: its (L, 2 x 3072) intermediate is 400 MB at
 # 32k tokens in bfloat16, and a tensor that size costs more per element (page faults, no cache).
 ROW_BLOCK = 2048
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 # Config flags whose other values select M2 variants we do not implement (value = what we need).
 _REQUIRED_FLAGS = {
     "bidirectional": True,
@@ -749,18 +755,17 @@ class M2BertEncoder:
     ) -> None:
         if padding not in PADDINGS:
             raise UsageError(f"padding must be one of {', '.join(PADDINGS)}, not {padding!r}")
-        if dtype not in DTYPES:
-            raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        self.device = torch.device(resolve_device(device))
+        torch_dtype = resolve_dtype(str(self.device), dtype)
         # A local folder is recorded as an absolute path: the spec must rebuild the encoder from
         # any working directory (`docsearch search` run elsewhere than `docsearch index`).
         self.model_ref, self.tokenizer_ref = (
             _absolute_if_folder(model),
             tokenizer and _absolute_if_folder(tokenizer),
         )
-        self.padding, self.dtype_name = padding, dtype
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.padding, self.dtype_name = padding, str(torch_dtype).removeprefix("torch.")
         folder = resolve_model(model)
-        self._model = load_model(folder, DTYPES[dtype], self.device)
+        self._model = load_model(folder, torch_dtype, self.device)
         self._tokenizer = load_tokenizer(folder, tokenizer)
         cfg = self._model.config
         if len(self._tokenizer) > cfg.vocab_size:
@@ -830,16 +835,11 @@ class M2BertEncoder:
         return self._encode(texts)
 
     def spec(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"model": self.model_ref}
-        if self.tokenizer_ref:
-            options["tokenizer"] = self.tokenizer_ref
-        if self.padding != "max_length":
-            options["padding"] = self.padding
-        if self.dtype_name != "float32":
-            options["dtype"] = self.dtype_name
-        return {
-            "encoder": self.name,
-            "options": options,
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
+        """Options left at their defaults are left out, as the first specs stored them."""
+        options = {
+            "model": self.model_ref,
+            "tokenizer": self.tokenizer_ref or None,
+            "padding": None if self.padding == "max_length" else self.padding,
+            "dtype": None if self.dtype_name == "float32" else self.dtype_name,
         }
+        return spec_of(self, options)

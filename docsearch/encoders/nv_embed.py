@@ -35,7 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.base import (
+    hf_count_tokens,
+    hf_token_spans,
+    l2_normalize,
+    register,
+    spec_of,
+)
+from docsearch.encoders.device import choose
 from docsearch.encoders.llm2vec import (
     bidirectional_hidden_states,
     check_model_type,
@@ -86,7 +93,6 @@ NVEMBED_MODEL_TYPE = "nvembed"
 ADAPTER_CONFIG_FILE = "nv_embed_config.json"  # marks an adapter folder of ours
 LATENT_FILE = "latent_attention.safetensors"
 LORA_CONFIG_FILE = "adapter_config.json"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 POOLINGS = ("latent", "mean")  # "mean": the block left out (the mean-pooling baseline)
 
 
@@ -602,15 +608,15 @@ class NVEmbedEncoder:
         dtype: str = "float32",
         device: str | None = None,
         batch_size: int = 8,
-        attn_implementation: str = "sdpa",
+        attn_implementation: str | None = None,
     ) -> None:
-        if dtype not in DTYPES:
-            raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        where, self.torch_dtype, attn = choose(device, dtype, attn_implementation)
         if pooling not in POOLINGS:
             raise UsageError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
         self.model_ref, base, adapter_dir = resolve_layers(model, adapter)
         settings = read_json(adapter_dir / ADAPTER_CONFIG_FILE) if adapter_dir else {}
-        self.adapter, self.pooling, self.dtype = adapter, pooling, dtype
+        self.adapter, self.pooling = adapter, pooling
+        self.dtype = str(self.torch_dtype).removeprefix("torch.")
         self.max_length = int(max_length or settings.get("max_length", DEFAULT_MAX_LENGTH))
         self.query_instruction = self._pick(
             query_instruction, settings, "query_instruction", DEFAULT_QUERY_INSTRUCTION
@@ -618,13 +624,13 @@ class NVEmbedEncoder:
         self.document_instruction = self._pick(
             document_instruction, settings, "document_instruction", ""
         )
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = torch.device(where)
         self.batch_size = batch_size
         # The base's licence governs: an adapter trained on a released NV-Embed stays non-commercial.
         self.licence = licence_for(self.model_ref, self._config(base))
         if self.licence == LICENCE:
             log.warning("%s: %s", self.model_ref, LICENCE_NOTICE)
-        self._decoder, self._latent = self._load(base, adapter_dir, attn_implementation)
+        self._decoder, self._latent = self._load(base, adapter_dir, attn)
         self._tokenizer = load_nv_tokenizer(base, adapter_dir)
         self.dim = int(self._decoder.config.hidden_size)
         self.max_tokens: int | None = self._content_budget()
@@ -633,7 +639,7 @@ class NVEmbedEncoder:
         self, base: Path, adapter_dir: Path | None, attn_implementation: str
     ) -> tuple[Any, LatentAttentionModel | None]:
         """(decoder, latent block or None for mean pooling), on the device, in eval mode."""
-        decoder, latent = load_layers(base, adapter_dir, DTYPES[self.dtype], attn_implementation)
+        decoder, latent = load_layers(base, adapter_dir, self.torch_dtype, attn_implementation)
         if latent is None and self.pooling == "latent":
             raise EncoderUnavailableError(
                 f"{self.model_ref!r} is a plain decoder without a latent-attention block; pass "
@@ -703,19 +709,15 @@ class NVEmbedEncoder:
         return self._encode(texts, self.document_instruction)
 
     def spec(self) -> dict[str, Any]:
-        options: dict[str, Any] = {
-            "model": self.model_ref,
-            "max_length": self.max_length,
-            "query_instruction": self.query_instruction,
-            "document_instruction": self.document_instruction,
-            "pooling": self.pooling,
-            "dtype": self.dtype,
-        }
-        if self.adapter:
-            options["adapter"] = self.adapter
-        return {
-            "encoder": self.name,
-            "options": options,
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
-        }
+        return spec_of(
+            self,
+            {
+                "model": self.model_ref,
+                "max_length": self.max_length,
+                "query_instruction": self.query_instruction,
+                "document_instruction": self.document_instruction,
+                "pooling": self.pooling,
+                "dtype": self.dtype,
+                "adapter": self.adapter or None,
+            },
+        )
