@@ -51,7 +51,7 @@ from docsearch.encoders.llm2vec import (
     make_bidirectional,
     merge_adapter,
 )
-from docsearch.encoders.weights import resolve_model
+from docsearch.encoders.weights import NV_EMBED_LICENCE, NV_EMBED_RELEASES, resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
 
 log = logging.getLogger(__name__)
@@ -59,15 +59,12 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------
 # 1. Licence and instructions
 
-LICENCE = "CC-BY-NC-4.0"
+# The catalogue rows (hub id, licence, note) live in weights.py, which `models list` imports
+# without torch.
+LICENCE, RELEASED_MODELS = NV_EMBED_LICENCE, NV_EMBED_RELEASES
 LICENCE_NOTICE = (
     "NV-Embed weights and code are licensed CC-BY-NC-4.0: non-commercial use only "
     "(https://creativecommons.org/licenses/by-nc/4.0/)"
-)
-# Rows for `docsearch models list`: (hub id, licence, note). Not packaged: download them.
-RELEASED_MODELS: tuple[tuple[str, str, str], ...] = (
-    ("nvidia/NV-Embed-v1", LICENCE, "Mistral-7B, 4096-d; non-commercial"),
-    ("nvidia/NV-Embed-v2", LICENCE, "Mistral-7B, 4096-d, MTEB 72.31; non-commercial"),
 )
 DEFAULT_MODEL = "nvidia/NV-Embed-v2"
 DEFAULT_TASK = "Given a question, retrieve passages that answer the question"
