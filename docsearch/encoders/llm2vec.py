@@ -493,7 +493,7 @@ class LLM2VecEncoder:
     `doc_max_length` (text tokens), `query_instruction`, `document_instruction`,
     `skip_instruction` (pool over the text only), `bidirectional` (False: the causal "Uni"
     baseline), `dtype`. Unset pooling and lengths come from `llm2vec_config.json` if present.
-    Run-time only: `device`, `batch_size`, `attn_implementation` (defaults: `device.choose`).
+    Run-time only: `device`, `batch_size`, `attn_implementation`.
     """
 
     name = "llm2vec"
