@@ -151,12 +151,13 @@ def save_random_decoder(folder: Path, shape: dict[str, Any], max_positions: int)
 
 def save_random_m2(folder: Path, smoke: bool) -> Path:
     """M2-BERT with random weights: the 80M shape at 32k positions (tiny in smoke mode)."""
-    from docsearch.encoders import m2_bert
+    from docsearch.encoders.m2_bert import M2Config
+    from tests.encoders.tiny_m2 import save_random_checkpoint
 
     shape: dict[str, Any] = {}
     if not smoke:  # the M2Config defaults are the 80M shape
-        shape = {f.name: f.default for f in fields(m2_bert.M2Config) if f.name != "vocab_size"}
-    m2_bert.save_random_checkpoint(folder, words=WORDS, **shape)
+        shape = {f.name: f.default for f in fields(M2Config) if f.name != "vocab_size"}
+    save_random_checkpoint(folder, words=WORDS, **shape)
     return folder
 
 

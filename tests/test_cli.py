@@ -145,6 +145,22 @@ def test_search_defaults_to_the_most_recently_indexed_collection(tmp_path: Path)
     assert "/newer/" in hits[0]["path"]
 
 
+@pytest.mark.parametrize("args", [[], ["--json"]])
+def test_models_list_imports_neither_torch_nor_transformers(args: list[str]) -> None:
+    code = (
+        "import sys; from docsearch.app.cli import app; "
+        f"app(['models', 'list', *{args!r}], standalone_mode=False); "
+        "print([m for m in ('torch', 'transformers') if m in sys.modules])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DOCSEARCH_PLUGINS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert "NV-Embed-v2" in out.stdout  # the catalogue was printed, not skipped
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_models_list_shows_packaged_models_and_the_nv_embed_licence() -> None:
     listed = json.loads(invoke("models", "list", "--json").stdout)
     assert {"sentence-transformers", "kv-embedding", "m2-bert", "llm2vec", "nv-embed"} <= set(

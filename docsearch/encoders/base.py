@@ -146,6 +146,17 @@ def describe(spec: dict[str, Any]) -> str:
 # Helpers shared by encoder families
 
 
+def spec_of(encoder: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """`encoder`'s spec from the options that change its vectors; None-valued ones are unset
+    (left out, so the spec reads as the family's default and matches older specs)."""
+    return {
+        "encoder": encoder.name,
+        "options": {k: v for k, v in options.items() if v is not None},
+        "dim": encoder.dim,
+        "max_tokens": encoder.max_tokens,
+    }
+
+
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero); float32."""
     vectors = np.asarray(vectors, dtype=np.float32)

@@ -1,11 +1,11 @@
 """Plumbing shared by the training-free decoder encoders (`kv_embedding.py`, `baselines.py`).
 
-Loading a decoder LLM with a compute dtype (bf16 where the CPU or GPU runs it natively, fp32
-otherwise), prompt templates that remember where the text sits in the token sequence, batches
-sorted by length under a padded-token budget, left padding with position ids that start at 0 on
-every row, and pooling of the final hidden state. `DecoderEncoder` ties these into the `Encoder`
-protocol; subclasses choose the templates and pooling, and may replace `_forward`.
-Not here: the attention re-routing (`kv_embedding.py`), layer selection (`intrinsic_dim.py`).
+Loading a decoder LLM, prompt templates that remember where the text sits in the token sequence,
+left padding with position ids that start at 0 on every row, and pooling of the final hidden
+state. `DecoderEncoder` ties these into the `Encoder` protocol; subclasses choose the templates
+and pooling, and may replace `_forward`.
+Not here: device, dtype and attention choice (`device.py`), batching (`batching.py`), the
+attention re-routing (`kv_embedding.py`), layer selection (`intrinsic_dim.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize
+from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, spec_of
+from docsearch.encoders.batching import token_batches
+from docsearch.encoders.device import choose
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import UsageError
 
@@ -32,30 +34,7 @@ POOLINGS = ("mean", "last", "mean+last")
 POOL_SPANS = ("all", "text")
 
 # ---------------------------------------------------------------------------------------------
-# Dtype and loading
-
-
-def cpu_has_bf16() -> bool:
-    """True when this CPU has native bf16 matmul instructions (AVX512-BF16 or AMX)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
-
-
-def choose_dtype(dtype: str, device: str) -> torch.dtype:
-    """`auto` -> bf16 where the hardware runs it natively, else fp32; or the dtype named."""
-    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32}
-    names["fp32"] = torch.float32
-    if dtype in names:
-        return names[dtype]
-    if dtype != "auto":
-        raise UsageError(f"unknown dtype {dtype!r}; use auto, bfloat16 or float32")
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if device == "cpu" and cpu_has_bf16() else torch.float32
+# Loading
 
 
 def load_decoder(
@@ -136,23 +115,7 @@ def tokenize(tokenizer: Any, template: str, text: str) -> Tokenized:
 
 
 # ---------------------------------------------------------------------------------------------
-# Batching and pooling
-
-
-def budget_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Indices grouped longest first so that rows x longest length stays within the budget.
-
-    A single input longer than the budget gets a batch of its own.
-    `budget_batches([3, 9, 4], 10) -> [[1], [2, 0]]`.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= token_budget:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
+# Padding and pooling
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -204,7 +167,8 @@ class DecoderEncoder:
 
     Subclasses set `name`, the default templates and pooling, and may override `_forward` (the
     KV-Embedding encoder passes its re-routing there). Options that change vectors go in `spec()`;
-    `dtype`, `device`, `token_budget` and `attn` are run-time settings.
+    `dtype`, `device`, `token_budget` and `attn` (auto, sdpa, eager or flash: see `device.py`)
+    are run-time settings.
     """
 
     name = "decoder"
@@ -214,7 +178,8 @@ class DecoderEncoder:
     document_template_default = "{text}"
     pooling_default = "mean"
     pool_span_default = "all"
-    attn_implementations = {"sdpa": "sdpa", "eager": "eager"}
+    allow_flash = True
+    kernel_names: dict[str, str] = {}  # attention choice -> the name registered with transformers
 
     def __init__(
         self,
@@ -228,22 +193,22 @@ class DecoderEncoder:
         dtype: str = "auto",
         device: str | None = None,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
-        attn: str = "sdpa",
+        attn: str | None = None,
     ) -> None:
         self.model_ref = model
         self.query_template = check_template(query_template or self.query_template_default)
         self.document_template = check_template(document_template or self.document_template_default)
         self.pooling = _choice("pooling", pooling or self.pooling_default, POOLINGS)
         self.pool_span = _choice("pool_span", pool_span or self.pool_span_default, POOL_SPANS)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.torch_dtype = choose_dtype(dtype, self.device)
+        self.device, self.torch_dtype, impl = choose(
+            device, dtype, attn, allow_flash=self.allow_flash
+        )
         self.token_budget = int(token_budget)
-        impl = _choice("attn", attn, tuple(self.attn_implementations))
         self.model, self.tokenizer, self.folder = load_decoder(
             model,
             dtype=self.torch_dtype,
             device=self.device,
-            attn_implementation=self.attn_implementations[impl],
+            attn_implementation=self.kernel_names.get(impl, impl),
         )
         self.dim = int(self.model.config.hidden_size)
         self.max_tokens_cap = max_tokens
@@ -275,25 +240,18 @@ class DecoderEncoder:
         return self.encode(texts, self.document_template)
 
     def spec(self) -> dict[str, Any]:
-        return {
-            "encoder": self.name,
-            "options": self.vector_options(),
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
-        }
+        return spec_of(self, self.vector_options())
 
     def vector_options(self) -> dict[str, Any]:
         """Every option that changes the vectors, explicit so a later default change is harmless."""
-        options: dict[str, Any] = {
+        return {
             "model": self.model_ref,
             "query_template": self.query_template,
             "document_template": self.document_template,
             "pooling": self.pooling,
             "pool_span": self.pool_span,
+            "max_tokens": self.max_tokens_cap or None,
         }
-        if self.max_tokens_cap:
-            options["max_tokens"] = self.max_tokens_cap
-        return options
 
     # Encoding -----------------------------------------------------------------------------
 
@@ -305,7 +263,7 @@ class DecoderEncoder:
         """Unit-norm float32 embeddings of `texts` under `template`, (n, dim)."""
         items = self.tokenize(texts, template)
         out = np.zeros((len(items), self.dim), dtype=np.float32)
-        for batch in budget_batches([len(it.ids) for it in items], self.token_budget):
+        for batch in token_batches([len(it.ids) for it in items], self.token_budget):
             rows = [items[i] for i in batch]
             inputs = left_pad([it.ids for it in rows], int(self.tokenizer.pad_token_id))
             weights = span_mask(rows, inputs["input_ids"].shape[1], self.pool_span)

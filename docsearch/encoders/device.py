@@ -2,18 +2,20 @@
 
 `resolve_device(None)` gives "cuda" when torch sees a GPU, else "cpu"; an explicit "cuda" on a
 machine without one fails with one line (`EncoderUnavailableError`), never with a CUDA traceback
-from deep inside torch. `resolve_dtype` gives bf16 on GPUs that run it and on CPUs with native
-bf16 matmul (AVX512-BF16, AMX, Arm BF16), fp32 otherwise. `resolve_attention` picks
-flash-attention 2 only where CUDA, an Ampere-or-newer GPU and the `flash-attn` package are all
-present (an optional extra), SDPA otherwise; encoders that need an additive mask bias (KV-Embedding)
-pass `allow_flash=False` and keep SDPA. `require` checks what a user asked for before any model
-is loaded, so the CLI can fail in one line.
+from deep inside torch. `resolve_dtype` gives bf16 where `fast_bf16(device)` says the hardware
+runs it natively (GPUs with bf16; CPUs with AVX512-BF16, AMX or Arm BF16), fp32 otherwise.
+`resolve_attention` picks flash-attention 2 only where CUDA, an Ampere-or-newer GPU and the
+`flash-attn` package (the `gpu` extra) are all present and the dtype is 16-bit, SDPA otherwise
+(`auto_attention` is that decision, from its inputs); encoders that add a bias to attention scores
+(KV-Embedding) pass `allow_flash=False` and keep SDPA. `require` checks what a user asked for
+before any model is loaded, so the CLI can fail in one line.
 
-An encoder adopts this with one call in its constructor:
+An encoder with attention adopts this with one call in its constructor (M2-BERT, which has no
+attention, calls `resolve_device` and `resolve_dtype`):
     self.device, self.torch_dtype, attn = choose(device, dtype, attn)
 
-Not here: batching under a token budget (`pipeline.token_batches`, `decoder_common`), model
-loading, multi-GPU placement (one encoder per GPU: the Ray engine gives each actor its own GPU).
+Not here: batching under a token budget (`batching.py`), model loading, multi-GPU placement (one
+encoder per GPU: the Ray engine gives each actor its own GPU).
 torch is imported inside the functions so that the CLI can import this module cheaply.
 """
 
@@ -82,9 +84,24 @@ def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
-def _capability(device: str) -> tuple[int, int]:
+def fast_bf16(device: str) -> bool:
+    """True when `device` runs bf16 natively: a CUDA GPU with bf16, or a CPU with bf16 matmul.
+
+    The one bf16 test: `resolve_dtype` and training's autocast both ask it.
+    """
     import torch
 
+    if device.startswith("cuda"):
+        return cuda_available() and bool(torch.cuda.is_bf16_supported())
+    return device == "cpu" and cpu_has_fast_bf16()
+
+
+def cuda_capability(device: str) -> tuple[int, int] | None:
+    """The compute capability of `device` when it is a visible CUDA GPU, else None."""
+    import torch
+
+    if not device.startswith("cuda") or not cuda_available():
+        return None
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     major, minor = torch.cuda.get_device_capability(index)
     return int(major), int(minor)
@@ -92,9 +109,10 @@ def _capability(device: str) -> tuple[int, int]:
 
 def flash_attn_available(device: str = "cuda") -> bool:
     """flash-attention 2 can run on `device`: CUDA present, Ampere or newer, package installed."""
-    if not device.startswith("cuda") or not cuda_available() or not flash_attn_installed():
-        return False
-    return _capability(device) >= _MIN_FLASH_CAPABILITY
+    found = auto_attention(
+        device, flash_installed=flash_attn_installed(), capability=cuda_capability(device)
+    )
+    return found == FLASH_ATTENTION
 
 
 def _torch_build() -> str:
@@ -170,7 +188,7 @@ def _require_flash(device: str, dtype: str | None) -> None:
             "flash-attn is not installed; `pip install 'docsearch[gpu]'` (flash-attn) on the "
             "GPU machine, or use the default attention (sdpa)"
         )
-    major, minor = _capability(target)
+    major, minor = cuda_capability(target) or (0, 0)  # _require_cuda saw the GPU
     if (major, minor) < _MIN_FLASH_CAPABILITY:
         raise EncoderUnavailableError(
             f"flash-attn 2 needs an Ampere or newer GPU (compute capability 8.0+), this one "
@@ -214,13 +232,29 @@ def resolve_dtype(device: str, requested: str | None = None) -> torch.dtype:
 
     name = dtype_name(requested)
     if name == "auto":
-        if device.startswith("cuda"):
-            fast = cuda_available() and torch.cuda.is_bf16_supported()
-        else:
-            fast = device == "cpu" and cpu_has_fast_bf16()
-        name = "bfloat16" if fast else "float32"
+        name = "bfloat16" if fast_bf16(device) else "float32"
     dtype: torch.dtype = getattr(torch, name)
     return dtype
+
+
+def auto_attention(
+    device: str,
+    *,
+    flash_installed: bool,
+    capability: tuple[int, int] | None,
+    dtype: Any = None,
+    allow_flash: bool = True,
+) -> str:
+    """What attention "auto" means, decided from what the machine has (no probing here).
+
+    flash-attention 2 on a CUDA device of compute capability 8.0+ (`capability`, None off CUDA)
+    when the package is installed, the encoder allows it and the dtype is 16-bit (None: not
+    known yet); SDPA in every other case.
+    """
+    sixteen_bit = dtype is None or str(dtype).endswith(("bfloat16", "float16"))
+    on_ampere = capability is not None and capability >= _MIN_FLASH_CAPABILITY
+    use_flash = device.startswith("cuda") and on_ampere and flash_installed
+    return FLASH_ATTENTION if use_flash and allow_flash and sixteen_bit else "sdpa"
 
 
 def resolve_attention(
@@ -240,9 +274,13 @@ def resolve_attention(
             "cannot take; use sdpa (the default) or eager"
         )
     if name == "auto":
-        sixteen_bit = dtype is None or str(dtype).endswith(("bfloat16", "float16"))
-        use_flash = allow_flash and sixteen_bit and flash_attn_available(device)
-        return FLASH_ATTENTION if use_flash else "sdpa"
+        return auto_attention(
+            device,
+            flash_installed=flash_attn_installed(),
+            capability=cuda_capability(device),
+            dtype=dtype,
+            allow_flash=allow_flash,
+        )
     if name == FLASH_ATTENTION:
         require(device, flash_attn=True, dtype=str(dtype).rsplit(".", 1)[-1] if dtype else None)
     return name

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from docsearch.encoders.batching import token_batches
 from docsearch.encoders.weights import cache_dir
 
 log = logging.getLogger(__name__)
@@ -172,12 +173,12 @@ def layer_dimensions(
     model: Any, tokenizer: Any, texts: Sequence[str], template: str, *, method: str = "fit"
 ) -> list[float]:
     """TwoNN dimension per decoder layer of the last-token states of `template`-wrapped texts."""
-    from docsearch.encoders.decoder_common import budget_batches, left_pad, tokenize
+    from docsearch.encoders.decoder_common import left_pad, tokenize
 
     items = [tokenize(tokenizer, template, t).ids for t in texts]
     per_layer: list[list[torch.Tensor]] = []
     device = next(model.parameters()).device
-    for batch in budget_batches([len(i) for i in items], 8192):
+    for batch in token_batches([len(i) for i in items], 8192):
         inputs = left_pad([items[i] for i in batch], int(tokenizer.pad_token_id))
         with torch.inference_mode():
             states = last_token_states(model, {k: v.to(device) for k, v in inputs.items()})

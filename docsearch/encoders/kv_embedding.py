@@ -30,7 +30,8 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from docsearch.encoders.base import register
-from docsearch.encoders.decoder_common import DecoderEncoder, choose_dtype, load_decoder
+from docsearch.encoders.decoder_common import DecoderEncoder, load_decoder
+from docsearch.encoders.device import resolve_dtype
 from docsearch.encoders.intrinsic_dim import calibrate
 from docsearch.errors import UsageError
 
@@ -267,7 +268,8 @@ class KVEmbeddingEncoder(DecoderEncoder):
     document_template_default = "Context: {text}\nCompress the Context in one word:"
     pooling_default = "mean+last"
     pool_span_default = "all"
-    attn_implementations = {"sdpa": "kv_sdpa", "eager": "kv_eager"}
+    allow_flash = False  # the prefix bias is added to the scores, which flash kernels cannot take
+    kernel_names = {"sdpa": "kv_sdpa", "eager": "kv_eager"}
 
     def __init__(
         self,
@@ -329,7 +331,7 @@ def calibrate_layers(
     """Run (or read back) the layer calibration `layers="auto"` uses, for `docsearch models
     calibrate`. With `texts` (e.g. the user's own chunks) the result is cached separately and
     its `layers` are meant to be passed explicitly (`layers=[...]`)."""
-    torch_dtype = choose_dtype(dtype, "cpu")
+    torch_dtype = resolve_dtype("cpu", dtype)
     net, tokenizer, folder = load_decoder(
         model, dtype=torch_dtype, device="cpu", attn_implementation="sdpa"
     )

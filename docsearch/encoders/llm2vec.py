@@ -33,6 +33,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.device import choose
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
 
@@ -45,7 +46,6 @@ SEPARATOR = "!@#$%^&*()"
 DEFAULT_QUERY_INSTRUCTION = (
     "Given a web search query, retrieve relevant passages that answer the query:"
 )
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 WEIGHT_FILES = (
     "model.safetensors",
     "model.safetensors.index.json",
@@ -513,13 +513,13 @@ class LLM2VecEncoder:
         dtype: str = "float32",
         device: str | None = None,
         batch_size: int = 16,
-        attn_implementation: str = "sdpa",
+        attn_implementation: str | None = None,
     ) -> None:
-        if dtype not in DTYPES:
-            raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        self.device, self.torch_dtype, attn = choose(device, dtype, attn_implementation)
         first, base, stack = resolve_layers(model, adapter)
         settings = read_settings([first, *stack])
-        self.model_ref, self.adapter, self.dtype = model, adapter, dtype
+        self.model_ref, self.adapter = model, adapter
+        self.dtype = str(self.torch_dtype).removeprefix("torch.")
         self.pooling = normalise_pooling(pooling or settings.get("pooling_mode", "mean"))
         self.max_length = int(max_length or settings.get("max_length", 512))
         self.doc_max_length = int(doc_max_length or settings.get("doc_max_length", 400))
@@ -528,9 +528,8 @@ class LLM2VecEncoder:
         )
         self.query_instruction, self.document_instruction = query_instruction, document_instruction
         self.bidirectional, self.batch_size = bidirectional, batch_size
-        self.device = device or "cpu"
         self._tokenizer = load_tokenizer(tokenizer_folder(first, base))
-        self._model = self._build(base, stack, attn_implementation)
+        self._model = self._build(base, stack, attn)
         self.dim = int(self._model.config.hidden_size)
         self.max_tokens: int | None = self._content_budget()
         bos = self._tokenizer.bos_token_id
@@ -540,7 +539,7 @@ class LLM2VecEncoder:
     def _build(self, base: Path, stack: Sequence[Path], attn_implementation: str) -> Any:
         model: Any = load_decoder(
             base,
-            dtype=DTYPES[self.dtype],
+            dtype=self.torch_dtype,
             attn_implementation=attn_implementation,
             bidirectional=self.bidirectional,
         )

@@ -5,8 +5,8 @@ convolution, the block-diagonal "Monarch" matmul, next power of two); the module
 `notes/encoders.md` 1.3 under the reference's state-dict names (embeddings, implicit Hyena filters
 with one shared `freq`, the sequence mixer, the GLU block-diagonal MLP, the CLS pooler); the
 checkpoint reader and key mapping of 1.4 (`model.`/`module.`/`bert.` prefixes, the six `freq`
-aliases, dropped `flashfft`, `classifier.*` and `cls.*` keys); a writer for tiny random checkpoints
-in the released folder layout; and the registered `m2-bert` encoder.
+aliases, dropped `flashfft`, `classifier.*` and `cls.*` keys); the checkpoint writer (released
+folder layout); and the registered `m2-bert` encoder.
 
 Padding contract: the mixer never sees an attention mask, so pad tokens (id 0 and their position
 embeddings) take part in every convolution and the output depends on the padded length. The
@@ -34,7 +34,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.base import (
+    hf_count_tokens,
+    hf_token_spans,
+    l2_normalize,
+    register,
+    spec_of,
+)
+from docsearch.encoders.device import resolve_device, resolve_dtype
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
 
@@ -51,7 +58,6 @@ CHANNEL_BLOCK = 64
 # The GLU MLP runs this many positions at a time: its (L, 2 x 3072) intermediate is 400 MB at
 # 32k tokens in bfloat16, and a tensor that size costs more per element (page faults, no cache).
 ROW_BLOCK = 2048
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 # Config flags whose other values select M2 variants we do not implement (value = what we need).
 _REQUIRED_FLAGS = {
     "bidirectional": True,
@@ -66,6 +72,15 @@ _REQUIRED_FLAGS = {
 }
 # State-dict keys that are not part of the encoder: FlashFFTConv buffers, task and MLM heads.
 _DROPPED_PREFIXES = ("classifier.", "cls.")
+# The shape `m2_pretrain --shape tiny` starts a new model in (and the tests build).
+TINY_CONFIG: dict[str, Any] = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 256,
+    "max_position_embeddings": 128,
+    "long_conv_l_max": 128,
+    "hyena_filter_order": 16,
+}
 _FREQ_SLOTS = tuple(
     f"{mlp}.{i}.freq" for mlp in ("implicit_filter", "implicit_filter_rev") for i in (1, 3, 5)
 )
@@ -653,54 +668,6 @@ def save_checkpoint(
 # Tokenizers
 
 
-_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-_BASIC_TEXT = """the of and to in a is that for it as with was on be by this are or from at an not
-which have has had were but all can will one its their more also other may been into such
-than any these only two no new some would there time each first between under after used
-document section clause party agreement contract court patient study data model method results
-table figure page report law act shall must said number system use case"""
-_BASIC_WORDS = _BASIC_TEXT.split()
-TINY_CONFIG: dict[str, Any] = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "intermediate_size": 256,
-    "max_position_embeddings": 128,
-    "long_conv_l_max": 128,
-    "hyena_filter_order": 16,
-}
-
-
-def build_tokenizer(words: Sequence[str] = (), max_length: int = 512) -> Any:
-    """A small uncased WordPiece tokenizer, built in memory, laid out like bert-base-uncased.
-
-    `[PAD]` is id 0, texts become `[CLS] ... [SEP]`; single characters and their `##`
-    continuations cover any ASCII text, `words` (plus a few common ones) become single tokens.
-    """
-    import string
-
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    chars = string.ascii_lowercase + string.digits
-    pieces = [*chars, *string.punctuation, *(f"##{c}" for c in chars)]
-    vocab = list(dict.fromkeys([*_SPECIALS, *pieces, *_BASIC_WORDS, *(w.lower() for w in words)]))
-    ids = {token: i for i, token in enumerate(vocab)}
-    raw = Tokenizer(models.WordPiece(ids, unk_token="[UNK]", max_input_chars_per_word=100))
-    raw.normalizer = normalizers.BertNormalizer(lowercase=True)
-    raw.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    raw.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])],
-    )
-    raw.decoder = decoders.WordPiece()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=raw,
-        model_max_length=max_length,
-        **{f"{name}_token": f"[{name.upper()}]" for name in ("pad", "unk", "cls", "sep", "mask")},
-    )
-
-
 def _ensure_lowercasing(tokenizer: Any) -> None:
     """Turn lowercasing back on for an uncased vocab whose tokenizer does not lowercase.
 
@@ -753,22 +720,6 @@ def load_tokenizer(folder: Path, ref: str | None = None) -> Any:
     return tokenizer
 
 
-def save_random_checkpoint(
-    folder: str | Path, *, seed: int = 0, words: Sequence[str] = (), **overrides: Any
-) -> Path:
-    """Write a tiny random M2-BERT folder in the released layout and return its path.
-
-    config.json (`model_type` m2_bert, the `TINY_CONFIG` shape unless overridden) +
-    model.safetensors (`bert.*` keys, six freq aliases per filter) + an in-memory tokenizer
-    (`build_tokenizer(words)`). `get_encoder("m2-bert", model=folder)` loads it offline.
-    """
-    tokenizer = build_tokenizer(words)
-    vocab_size = -(-len(tokenizer) // 8) * 8  # padded to a multiple of 8, like 30522 -> 30528
-    config = M2Config(**{**TINY_CONFIG, "vocab_size": vocab_size, **overrides})
-    torch.manual_seed(seed)
-    return save_checkpoint(M2BertModel(config), folder, tokenizer=tokenizer)
-
-
 # ---------------------------------------------------------------------------------------------
 # The registered encoder
 
@@ -804,18 +755,17 @@ class M2BertEncoder:
     ) -> None:
         if padding not in PADDINGS:
             raise UsageError(f"padding must be one of {', '.join(PADDINGS)}, not {padding!r}")
-        if dtype not in DTYPES:
-            raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        self.device = torch.device(resolve_device(device))
+        torch_dtype = resolve_dtype(str(self.device), dtype)
         # A local folder is recorded as an absolute path: the spec must rebuild the encoder from
         # any working directory (`docsearch search` run elsewhere than `docsearch index`).
         self.model_ref, self.tokenizer_ref = (
             _absolute_if_folder(model),
             tokenizer and _absolute_if_folder(tokenizer),
         )
-        self.padding, self.dtype_name = padding, dtype
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.padding, self.dtype_name = padding, str(torch_dtype).removeprefix("torch.")
         folder = resolve_model(model)
-        self._model = load_model(folder, DTYPES[dtype], self.device)
+        self._model = load_model(folder, torch_dtype, self.device)
         self._tokenizer = load_tokenizer(folder, tokenizer)
         cfg = self._model.config
         if len(self._tokenizer) > cfg.vocab_size:
@@ -885,16 +835,11 @@ class M2BertEncoder:
         return self._encode(texts)
 
     def spec(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"model": self.model_ref}
-        if self.tokenizer_ref:
-            options["tokenizer"] = self.tokenizer_ref
-        if self.padding != "max_length":
-            options["padding"] = self.padding
-        if self.dtype_name != "float32":
-            options["dtype"] = self.dtype_name
-        return {
-            "encoder": self.name,
-            "options": options,
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
+        """Options left at their defaults are left out, as the first specs stored them."""
+        options = {
+            "model": self.model_ref,
+            "tokenizer": self.tokenizer_ref or None,
+            "padding": None if self.padding == "max_length" else self.padding,
+            "dtype": None if self.dtype_name == "float32" else self.dtype_name,
         }
+        return spec_of(self, options)

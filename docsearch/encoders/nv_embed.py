@@ -15,8 +15,7 @@ What this module holds, top to bottom:
    decoder, `latent_attention_model.*`: the block), strictly, into our own modules; the
    decoder is the bidirectional one of `docsearch.encoders.llm2vec`. Or a base decoder plus an
    adapter folder written by `docsearch.training.nv_embed_train` (a LoRA and a latent block).
-5. A tiny random checkpoint in the released layout (tests, and `docsearch index` demos).
-6. The `nv-embed` encoder.
+5. The `nv-embed` encoder.
 
 Not here: training (`docsearch.training.nv_embed_train`); fp16 autocast (the reference's GPU
 path; pick `dtype` instead); the reference's `trust_remote_code` classes (never executed).
@@ -36,7 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.base import (
+    hf_count_tokens,
+    hf_token_spans,
+    l2_normalize,
+    register,
+    spec_of,
+)
+from docsearch.encoders.device import choose
 from docsearch.encoders.llm2vec import (
     bidirectional_hidden_states,
     check_model_type,
@@ -45,7 +51,7 @@ from docsearch.encoders.llm2vec import (
     make_bidirectional,
     merge_adapter,
 )
-from docsearch.encoders.weights import resolve_model
+from docsearch.encoders.weights import NV_EMBED_LICENCE, NV_EMBED_RELEASES, resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
 
 log = logging.getLogger(__name__)
@@ -53,15 +59,12 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------
 # 1. Licence and instructions
 
-LICENCE = "CC-BY-NC-4.0"
+# The catalogue rows (hub id, licence, note) live in weights.py, which `models list` imports
+# without torch.
+LICENCE, RELEASED_MODELS = NV_EMBED_LICENCE, NV_EMBED_RELEASES
 LICENCE_NOTICE = (
     "NV-Embed weights and code are licensed CC-BY-NC-4.0: non-commercial use only "
     "(https://creativecommons.org/licenses/by-nc/4.0/)"
-)
-# Rows for `docsearch models list`: (hub id, licence, note). Not packaged: download them.
-RELEASED_MODELS: tuple[tuple[str, str, str], ...] = (
-    ("nvidia/NV-Embed-v1", LICENCE, "Mistral-7B, 4096-d; non-commercial"),
-    ("nvidia/NV-Embed-v2", LICENCE, "Mistral-7B, 4096-d, MTEB 72.31; non-commercial"),
 )
 DEFAULT_MODEL = "nvidia/NV-Embed-v2"
 DEFAULT_TASK = "Given a question, retrieve passages that answer the question"
@@ -87,7 +90,6 @@ NVEMBED_MODEL_TYPE = "nvembed"
 ADAPTER_CONFIG_FILE = "nv_embed_config.json"  # marks an adapter folder of ours
 LATENT_FILE = "latent_attention.safetensors"
 LORA_CONFIG_FILE = "adapter_config.json"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 POOLINGS = ("latent", "mean")  # "mean": the block left out (the mean-pooling baseline)
 
 
@@ -572,126 +574,7 @@ def load_nv_tokenizer(base: Path, adapter: Path | None) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. A tiny random checkpoint in the released layout
-
-_TINY_TEXT = """Instruct: Given a question, retrieve passages that answer the question
-Query: what does the contract say about termination for convenience and notice periods?
-The lessee shall pay the rent on the first day of each month. Patients were randomised to the
-study drug or a placebo. Tighten the bolts to 25 newton metres before use. The agreement may be
-terminated by either party with thirty days written notice. Results are reported in Table 2."""
-
-
-def build_tokenizer(text: str = _TINY_TEXT, vocab_size: int = 400) -> Any:
-    """A byte-level BPE tokenizer trained in memory, laid out like Mistral's: `<unk>`=0,
-    `<s>`=1 (added in front of every text), `</s>`=2. Any text encodes; offsets are exact."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    raw = Tokenizer(models.BPE(unk_token="<unk>"))
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<unk>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    raw.train_from_iterator([text], trainer)
-    raw.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=raw, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-
-
-def released_config(decoder_config_: Any, latent: LatentAttentionConfig) -> dict[str, Any]:
-    """An NV-Embed `config.json`: nvembed outer config, `bidir_<type>` text_config."""
-    text_config = decoder_config_.to_dict()
-    text_config["model_type"] = f"bidir_{decoder_config_.model_type}"
-    return {
-        "model_type": NVEMBED_MODEL_TYPE,
-        "architectures": ["NVEmbedModel"],
-        "hidden_size": decoder_config_.hidden_size,
-        "add_eos": True,
-        "add_pad_token": True,
-        "is_mask_instruction": True,
-        "mask_type": "b",
-        "padding_side": "right",
-        "latent_attention_config": latent.to_dict(),
-        "text_config": text_config,
-    }
-
-
-def save_released_layout(
-    folder: str | Path,
-    decoder: nn.Module,
-    latent: LatentAttentionModel,
-    tokenizer: Any,
-    *,
-    licence: str | None = None,
-) -> Path:
-    """Write `decoder` + `latent` as an NV-Embed folder: config.json, model.safetensors with the
-    `embedding_model.*` / `latent_attention_model.*` names, and the tokenizer files."""
-    from safetensors.torch import save_file
-
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    config = released_config(decoder.config, latent.config)
-    if licence is not None:
-        config["license"] = licence
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    state = {f"{DECODER_PREFIX}{k}": v for k, v in decoder.state_dict().items()}
-    state |= {f"{LATENT_PREFIX}{k}": v for k, v in latent.state_dict().items()}
-    state = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.save_pretrained(str(out))
-    return out
-
-
-def randomise(module: nn.Module, generator: torch.Generator) -> None:
-    """Every parameter non-trivial: norm gains around 1, other weights and biases small noise,
-    so a parameter loaded into the wrong place changes the outputs."""
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
-            is_gain = param.ndim == 1 and "norm" in name and name.endswith("weight")
-            param.copy_(1.0 + 0.1 * noise if is_gain else 0.05 * noise)
-
-
-def save_random_released(
-    folder: str | Path,
-    *,
-    seed: int = 0,
-    hidden: int = 64,
-    layers: int = 2,
-    latents: int = 16,
-    heads: int = 2,
-    head_dim: int = 32,
-) -> Path:
-    """A tiny random NV-Embed (bidirectional Mistral + latent attention) in the released layout.
-
-    `get_encoder("nv-embed", model=folder)` and `docsearch index DIR --encoder nv-embed
-    --model <folder>` load it offline. Random weights: the vectors mean nothing.
-    """
-    from transformers import MistralConfig, MistralModel
-
-    tokenizer = build_tokenizer()
-    config = MistralConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=hidden // 4, max_position_embeddings=4096, sliding_window=4096,
-        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
-    )  # fmt: skip
-    generator = torch.Generator().manual_seed(seed)
-    decoder = MistralModel(config)
-    latent = LatentAttentionModel(LatentAttentionConfig(latents, hidden, hidden, heads, head_dim))
-    randomise(decoder, generator)
-    randomise(latent, generator)
-    note = "none: random weights written by docsearch (not NVIDIA's)"
-    return save_released_layout(folder, decoder, latent, tokenizer, licence=note)
-
-
-# ---------------------------------------------------------------------------------------------
-# 6. The encoder
+# 5. The encoder
 
 
 @register("nv-embed", aliases=("nv_embed", "nvembed"))
@@ -722,15 +605,15 @@ class NVEmbedEncoder:
         dtype: str = "float32",
         device: str | None = None,
         batch_size: int = 8,
-        attn_implementation: str = "sdpa",
+        attn_implementation: str | None = None,
     ) -> None:
-        if dtype not in DTYPES:
-            raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        where, self.torch_dtype, attn = choose(device, dtype, attn_implementation)
         if pooling not in POOLINGS:
             raise UsageError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
         self.model_ref, base, adapter_dir = resolve_layers(model, adapter)
         settings = read_json(adapter_dir / ADAPTER_CONFIG_FILE) if adapter_dir else {}
-        self.adapter, self.pooling, self.dtype = adapter, pooling, dtype
+        self.adapter, self.pooling = adapter, pooling
+        self.dtype = str(self.torch_dtype).removeprefix("torch.")
         self.max_length = int(max_length or settings.get("max_length", DEFAULT_MAX_LENGTH))
         self.query_instruction = self._pick(
             query_instruction, settings, "query_instruction", DEFAULT_QUERY_INSTRUCTION
@@ -738,13 +621,13 @@ class NVEmbedEncoder:
         self.document_instruction = self._pick(
             document_instruction, settings, "document_instruction", ""
         )
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = torch.device(where)
         self.batch_size = batch_size
         # The base's licence governs: an adapter trained on a released NV-Embed stays non-commercial.
         self.licence = licence_for(self.model_ref, self._config(base))
         if self.licence == LICENCE:
             log.warning("%s: %s", self.model_ref, LICENCE_NOTICE)
-        self._decoder, self._latent = self._load(base, adapter_dir, attn_implementation)
+        self._decoder, self._latent = self._load(base, adapter_dir, attn)
         self._tokenizer = load_nv_tokenizer(base, adapter_dir)
         self.dim = int(self._decoder.config.hidden_size)
         self.max_tokens: int | None = self._content_budget()
@@ -753,7 +636,7 @@ class NVEmbedEncoder:
         self, base: Path, adapter_dir: Path | None, attn_implementation: str
     ) -> tuple[Any, LatentAttentionModel | None]:
         """(decoder, latent block or None for mean pooling), on the device, in eval mode."""
-        decoder, latent = load_layers(base, adapter_dir, DTYPES[self.dtype], attn_implementation)
+        decoder, latent = load_layers(base, adapter_dir, self.torch_dtype, attn_implementation)
         if latent is None and self.pooling == "latent":
             raise EncoderUnavailableError(
                 f"{self.model_ref!r} is a plain decoder without a latent-attention block; pass "
@@ -823,19 +706,15 @@ class NVEmbedEncoder:
         return self._encode(texts, self.document_instruction)
 
     def spec(self) -> dict[str, Any]:
-        options: dict[str, Any] = {
-            "model": self.model_ref,
-            "max_length": self.max_length,
-            "query_instruction": self.query_instruction,
-            "document_instruction": self.document_instruction,
-            "pooling": self.pooling,
-            "dtype": self.dtype,
-        }
-        if self.adapter:
-            options["adapter"] = self.adapter
-        return {
-            "encoder": self.name,
-            "options": options,
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
-        }
+        return spec_of(
+            self,
+            {
+                "model": self.model_ref,
+                "max_length": self.max_length,
+                "query_instruction": self.query_instruction,
+                "document_instruction": self.document_instruction,
+                "pooling": self.pooling,
+                "dtype": self.dtype,
+                "adapter": self.adapter or None,
+            },
+        )

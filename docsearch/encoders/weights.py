@@ -8,7 +8,9 @@ short packaged name such as `all-MiniLM-L6-v2` or `smollm2-135m`) into a local f
    packaged GGUF decoders are converted once into a safetensors folder in the docsearch cache
    (`pull`), so later loads take seconds instead of the 20-50 s of dequantising;
 4. a Hub download, unless `HF_HUB_OFFLINE` / `TRANSFORMERS_OFFLINE` is set.
-`list_models()` and `pull(name)` back `docsearch models list|pull`.
+`list_models()` and `pull(name)` back `docsearch models list|pull`; this module is the model
+catalogue (packaged models, and the released Hub-only ones listed for their licence) and imports
+no torch, so listing models stays fast.
 Not here: loading the model (each encoder family does that), calibration caches (intrinsic_dim).
 """
 
@@ -29,6 +31,12 @@ from docsearch.errors import EncoderUnavailableError
 log = logging.getLogger(__name__)
 
 CONVERSION_MARKER = "docsearch-conversion.json"  # written last: its presence means "complete"
+NV_EMBED_LICENCE = "CC-BY-NC-4.0"
+# Released models in no package, listed for their licence: (hub id, licence, note).
+NV_EMBED_RELEASES: tuple[tuple[str, str, str], ...] = (
+    ("nvidia/NV-Embed-v1", NV_EMBED_LICENCE, "Mistral-7B, 4096-d; non-commercial"),
+    ("nvidia/NV-Embed-v2", NV_EMBED_LICENCE, "Mistral-7B, 4096-d, MTEB 72.31; non-commercial"),
+)
 
 
 @dataclass(frozen=True)
@@ -263,7 +271,8 @@ def pull(name: str, *, force: bool = False) -> Path:
 
 
 def list_models() -> list[ModelInfo]:
-    """The packaged models, whether their package is installed and whether they are ready."""
+    """The packaged models (is their package installed, are they ready), then the released
+    NV-Embed models, which are downloaded, and are non-commercial: said wherever models are listed."""
     rows = []
     for model in PACKAGED.values():
         folder = model.locate()
@@ -280,6 +289,8 @@ def list_models() -> list[ModelInfo]:
                 note,
             )
         )
+    for hub_id, licence, note in NV_EMBED_RELEASES:
+        rows.append(ModelInfo(hub_id.split("/")[-1], hub_id, "", licence, False, False, None, note))
     return rows
 
 

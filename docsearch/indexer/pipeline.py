@@ -19,7 +19,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from docsearch.encoders.base import Encoder
+from docsearch.encoders.batching import token_batches
 from docsearch.errors import ExtractionError, UsageError
 from docsearch.indexer.chunk import Chunk, Chunker
 from docsearch.indexer.extract import Document, extract, supported
@@ -143,20 +144,6 @@ def doc_id(path: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Embedding under a token budget
-
-
-def token_batches(lengths: Sequence[int], budget: int) -> Iterator[list[int]]:
-    """Indices grouped longest first so that batch_size x longest <= budget (padding-aware)."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batch: list[int] = []
-    for i in order:
-        longest = lengths[batch[0]] if batch else lengths[i]
-        if batch and (len(batch) + 1) * max(longest, 1) > budget:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
 
 
 def embed_texts(

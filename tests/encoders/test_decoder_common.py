@@ -1,5 +1,4 @@
-"""Shared decoder plumbing: templates and text spans, truncation, budget batches, left padding,
-pooling, dtype choice."""
+"""Shared decoder plumbing: templates and text spans, truncation, left padding, pooling."""
 
 from __future__ import annotations
 
@@ -8,9 +7,7 @@ import torch
 
 from docsearch.encoders.decoder_common import (
     Tokenized,
-    budget_batches,
     check_template,
-    choose_dtype,
     left_pad,
     pool,
     render,
@@ -50,16 +47,6 @@ def test_truncate_keeps_whole_tokens() -> None:
     assert truncate(tok, text, 10_000) == text and truncate(tok, text, None) == text
 
 
-def test_budget_batches_longest_first_within_budget() -> None:
-    assert budget_batches([3, 9, 4], 10) == [[1], [2, 0]]
-    lengths = [5, 1, 7, 7, 2, 30]
-    batches = budget_batches(lengths, 14)
-    assert sorted(i for b in batches for i in b) == list(range(6))
-    assert batches[0] == [5]  # too long for the budget: alone
-    for batch in batches[1:]:
-        assert len(batch) * max(lengths[i] for i in batch) <= 14
-
-
 def test_left_pad_puts_rows_right_and_restarts_positions() -> None:
     out = left_pad([[7, 8, 9], [5]], pad_id=0)
     assert out["input_ids"].tolist() == [[7, 8, 9], [0, 0, 5]]
@@ -76,11 +63,3 @@ def test_span_mask_and_pooling() -> None:
     assert pool(hidden, text, "last").tolist() == [[6, 7], [14, 15]]
     assert pool(hidden, text, "mean").tolist() == [[3, 4], [13, 14]]
     assert pool(hidden, text, "mean+last").tolist() == [[4.5, 5.5], [13.5, 14.5]]
-
-
-def test_choose_dtype() -> None:
-    assert choose_dtype("float32", "cpu") == torch.float32
-    assert choose_dtype("bf16", "cpu") == torch.bfloat16
-    assert choose_dtype("auto", "cpu") in (torch.float32, torch.bfloat16)
-    with pytest.raises(UsageError):
-        choose_dtype("float8", "cpu")

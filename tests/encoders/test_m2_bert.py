@@ -19,16 +19,15 @@ from docsearch.encoders.m2_bert import (
     M2BertModel,
     M2Config,
     blockdiag_matmul,
-    build_tokenizer,
     fft_long_conv,
     load_model,
     load_released_state_dict,
     next_power_of_two,
     read_config,
     save_checkpoint,
-    save_random_checkpoint,
 )
 from docsearch.errors import EncoderUnavailableError, UsageError
+from tests.encoders.tiny_m2 import build_tokenizer, save_random_checkpoint
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "m2"
 ATOL = 1e-10  # float64 parity tolerance (parity/README.md section 1)

@@ -29,7 +29,6 @@ from docsearch.encoders.nv_embed import (
     LatentAttentionModel,
     NVEmbedEncoder,
     build_inputs,
-    build_tokenizer,
     instruction_length,
     licence_for,
     load_nv_tokenizer,
@@ -37,10 +36,10 @@ from docsearch.encoders.nv_embed import (
     masked_mean,
     pool_hidden,
     save_adapter_folder,
-    save_random_released,
 )
 from docsearch.errors import EncoderUnavailableError, UsageError
 from tests.conftest import FIXTURES
+from tests.encoders.tiny_nv_embed import build_tokenizer, save_random_released
 
 ROOT = FIXTURES / "nv_embed"
 REFERENCE = ROOT / "reference"

@@ -9,11 +9,13 @@ test inputs, two RoPE bases and `query_pre_attn_scalar` scaling; Qwen3 (q/k norm
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers.processors import TemplateProcessing
 from transformers import (
     AutoModel,
     Gemma3TextConfig,
@@ -34,24 +36,38 @@ CORPUS = [
 VOCAB = 320
 
 
-def tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level BPE trained on CORPUS: any text encodes, offsets are exact, BOS is added."""
-    tok = Tokenizer(models.BPE())
+def bpe_tokenizer(
+    texts: Sequence[str],
+    vocab_size: int,
+    specials: tuple[str, str, str] = ("<pad>", "<bos>", "<eos>"),
+    first: str = "pad",
+) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on `texts`: any text encodes, offsets are exact. Ids 0, 1, 2 are
+    `specials`: the `first` token ("pad" or "unk"), BOS (added in front of every text), EOS."""
+    tok = Tokenizer(models.BPE(unk_token=specials[0] if first == "unk" else None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=["<pad>", "<bos>", "<eos>"],
+        vocab_size=vocab_size,
+        special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS, trainer)
-    from tokenizers.processors import TemplateProcessing
-
-    tok.post_processor = TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    tok.train_from_iterator(texts, trainer)
+    tok.post_processor = TemplateProcessing(
+        single=f"{specials[1]} $A", special_tokens=[(specials[1], 1)]
     )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=specials[1],
+        eos_token=specials[2],
+        **{f"{first}_token": specials[0]},
+    )
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    """The decoders' tokenizer: BPE trained on CORPUS, `<pad>`=0, `<bos>`=1, `<eos>`=2."""
+    return bpe_tokenizer(CORPUS, VOCAB)
 
 
 def config(arch: str) -> Any:

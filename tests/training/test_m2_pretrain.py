@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from docsearch.encoders.base import get_encoder
-from docsearch.encoders.m2_bert import TINY_CONFIG, M2Config, build_tokenizer, save_checkpoint
+from docsearch.encoders.m2_bert import TINY_CONFIG, M2Config, save_checkpoint
 from docsearch.training.m2_pretrain import (
     IGNORE,
     M2ForMaskedLM,
@@ -30,6 +30,7 @@ from docsearch.training.m2_pretrain import (
     pretrain,
     warm_start_state_dict,
 )
+from tests.encoders.tiny_m2 import build_tokenizer
 
 # Generated text with structure a model can learn: each document keeps to one topic, whose
 # nouns and verbs fill a fixed sentence pattern.

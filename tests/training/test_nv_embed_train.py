@@ -19,9 +19,7 @@ from docsearch.encoders.llm2vec import load_decoder
 from docsearch.encoders.nv_embed import (
     LatentAttentionConfig,
     LatentAttentionModel,
-    build_tokenizer,
     load_nv_tokenizer,
-    save_random_released,
 )
 from docsearch.errors import UsageError
 from docsearch.training.losses import mnrl
@@ -40,6 +38,7 @@ from docsearch.training.nv_embed_train import (
     stage2_loss,
     train_nv_embed,
 )
+from tests.encoders.tiny_nv_embed import build_tokenizer, save_random_released
 
 TOPICS = [
     "rent lease", "patients placebo", "bolts newton", "contract termination",
