@@ -48,7 +48,7 @@ def ui_command(
             raise UsageError(f"the UI needs {', '.join(missing)}: pip install 'docsearch[ui]'")
         if root is not None and not root.is_dir():
             raise UsageError(f"--root must be an existing folder, not {root}")
-        from docsearch.app.ui import build_ui, serve
+        from docsearch.app.web.ui import build_ui, serve
 
         serve(build_ui(collection, db=db, root=root), host=host, port=port)
     except DocsearchError as exc:

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from docsearch.app.files import (
+from docsearch.app.web.files import (
     DocumentGuard,
     file_url,
     find_pdf_page,
