@@ -39,7 +39,6 @@ from docsearch.indexer.store import FileRecord
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-MODES = ("hybrid", "vector", "lexical")
 FILE_TYPES = {
     "PDF": (".pdf",),
     "Word": (".docx",),

@@ -29,7 +29,6 @@ from docsearch.app.web.actions import (
     ENCODER_CHOICES,
     FILE_TYPES,
     MAX_K,
-    MODES,
     Filters,
     UIContext,
     UIProgress,
@@ -41,6 +40,7 @@ from docsearch.app.web.actions import (
 )
 from docsearch.app.web.files import list_folders
 from docsearch.config import Settings
+from docsearch.defaults import MODES
 from docsearch.errors import UsageError
 
 if TYPE_CHECKING:
