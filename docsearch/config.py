@@ -9,8 +9,9 @@ says otherwise.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field
 from pydantic_settings import (
@@ -20,6 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from docsearch.defaults import DEFAULT_ENCODER, DEFAULT_TOKEN_BUDGET, GROUP_CHUNKS
 from docsearch.errors import CollectionNotFoundError
 from docsearch.fusion import DEFAULT_FUSION, Fusion
 
@@ -62,12 +64,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DOCSEARCH_", extra="ignore")
 
     db: str = Field(default_factory=_default_db, description="database folder or URI")
-    encoder: str = Field("sentence-transformers", description="default encoder for new collections")
+    encoder: str = Field(DEFAULT_ENCODER, description="default encoder for new collections")
     model: str | None = Field(None, description="default model for the encoder")
     max_tokens: int | None = Field(None, description="cap on chunk size in tokens")
     overlap: int = Field(0, description="tokens repeated between neighbouring chunks")
-    token_budget: int = Field(16384, description="padded tokens per encoder batch")
-    commit_chunks: int = Field(512, description="chunks written per commit while indexing")
+    token_budget: int = Field(DEFAULT_TOKEN_BUDGET, description="padded tokens per encoder batch")
+    commit_chunks: int = Field(GROUP_CHUNKS, description="chunks written per commit while indexing")
     # Defaults tuned on train/validation queries (benchmarks/results/fusion.md).
     fusion_method: str = Field(
         DEFAULT_FUSION.method, description="hybrid fusion: maxnorm, minmax or rrf"
@@ -92,6 +94,19 @@ class Settings(BaseSettings):
         files = [p for p in (Path("docsearch.toml"), user_config_file()) if p.is_file()]
         tomls = [TomlConfigSettingsSource(settings_cls, toml_file=p) for p in files]
         return (init_settings, env_settings, *tomls)
+
+    @classmethod
+    def resolve(cls, **given: Any) -> Self:
+        """The settings of one command: the options it was given (None: not given) over the
+        environment, the config files and the defaults."""
+        return cls(**{name: value for name, value in given.items() if value is not None})
+
+    def with_default_model(self, encoder: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+        """`options`, plus the configured model when the encoder is left to the default one."""
+        merged = dict(options)
+        if encoder is None and self.model:
+            merged.setdefault("model", self.model)
+        return merged
 
     def fusion(self) -> Fusion:
         weights = {"dense": self.dense_weight, "lexical": self.lexical_weight}

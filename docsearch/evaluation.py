@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from docsearch.config import Settings
 from docsearch.corpora.beir import AnswerSpan, RetrievalSet
+from docsearch.defaults import DEFAULT_ENCODER, DEFAULT_TOKEN_BUDGET, MODES
 from docsearch.errors import UsageError
 
 if TYPE_CHECKING:
@@ -187,13 +189,15 @@ class EvalIndex:
         options: Mapping[str, Any] | None = None,
         cap: int | None = None,
         overlap: int = 0,
-        default_encoder: str = "sentence-transformers",
+        default_encoder: str = DEFAULT_ENCODER,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
         progress: ProgressSink | None = None,
         cache: str | Path | None = None,
     ) -> None:
         self.rset = rset
         self.encoder_name, self.options = encoder, dict(options or {})
         self.cap, self.overlap, self.default_encoder = cap, overlap, default_encoder
+        self.token_budget = token_budget
         self.progress = progress
         self.persistent = cache is not None
         self.db = str(cache) if cache is not None else tempfile.mkdtemp(prefix="docsearch-eval-")
@@ -259,7 +263,11 @@ class EvalIndex:
         from docsearch.indexer.store import FileRecord
 
         indexer = Indexer(
-            prepared.store, prepared.encoder, prepared.chunker, progress=self.progress
+            prepared.store,
+            prepared.encoder,
+            prepared.chunker,
+            token_budget=self.token_budget,
+            progress=self.progress,
         )
         if self.progress:
             self.progress.start(len(self.rset.corpus))
@@ -358,7 +366,7 @@ def default_mode(encoder: str | None, mode: str | None) -> tuple[str | None, str
 
     if mode is None:
         mode = "lexical" if encoder == LEXICAL_ONLY else "hybrid"
-    if mode not in ("hybrid", "vector", "lexical"):
+    if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; use hybrid, vector or lexical")
     if mode == "lexical" and encoder is None:
         encoder = LEXICAL_ONLY
@@ -373,12 +381,26 @@ def evaluate_dataset(
     encoder: str | None = None,
     options: Mapping[str, Any] | None = None,
     mode: str | None = None,
-    cap: int | None = None,
+    settings: Settings | None = None,
     progress: ProgressSink | None = None,
 ) -> EvalResult:
-    """Index `rset` into a temporary store, search it in `mode`, and score the run."""
+    """Index `rset` into a temporary store, search it in `mode`, and score the run.
+
+    What is left open comes from `settings` (default: the environment's), as for `docsearch
+    index`: the encoder when none is named and its model, the chunk cap, overlap, token budget.
+    """
+    settings = settings or Settings()
     encoder, mode = default_mode(encoder, mode)
-    with EvalIndex(rset, encoder=encoder, options=options, cap=cap, progress=progress) as index:
+    with EvalIndex(
+        rset,
+        encoder=encoder,
+        options=settings.with_default_model(encoder, options or {}),
+        cap=settings.max_tokens,
+        overlap=settings.overlap,
+        default_encoder=settings.encoder,
+        token_budget=settings.token_budget,
+        progress=progress,
+    ) as index:
         if index.encoder is None and mode != "lexical":
             log.warning("no encoder could be loaded; evaluating lexical search instead")
             mode = "lexical"

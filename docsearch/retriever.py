@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from docsearch.config import Settings, resolve_collection
+from docsearch.defaults import MODES
 from docsearch.encoders.base import Encoder, encoder_from_spec
 from docsearch.errors import EncoderUnavailableError, UsageError
 from docsearch.fusion import Fusion, ranks
@@ -32,7 +33,6 @@ from docsearch.snippets import identifiers, make_snippet
 
 log = logging.getLogger(__name__)
 
-MODES = ("hybrid", "vector", "lexical")
 GRANULARITIES = ("document", "passage")
 # The longest queries of the evaluation sets here (whole-case queries aside) are abstracts of
 # 2.3k characters; 10k (about 1,500 words) leaves four times that, and bounds the lexical leg's

@@ -1,7 +1,7 @@
-"""`docsearch eval`: measure retrieval quality on a labelled dataset (registered by cli.py).
+"""`docsearch eval`: measure retrieval quality on a labelled dataset.
 
-A thin command over `docsearch.evaluation`; the heavy imports happen inside it. It imports
-nothing from cli.py at module level so that cli.py can import it without a cycle.
+A thin command over `docsearch.evaluation`; the heavy imports happen inside it. It indexes with
+the same settings as `docsearch index` (DOCSEARCH_ENCODER, DOCSEARCH_MODEL, the chunk cap...).
 """
 
 from __future__ import annotations
@@ -12,9 +12,17 @@ from typing import Annotated
 
 import typer
 
-from docsearch.errors import DocsearchError
+from docsearch.app.common import (
+    EncoderOptionsOption,
+    JsonOption,
+    MaxTokensOption,
+    ModelOption,
+    encoder_options,
+    handle_errors,
+)
 
 
+@handle_errors
 def eval_command(
     dataset: Annotated[
         Path,
@@ -27,10 +35,8 @@ def eval_command(
         str | None,
         typer.Option("--encoder", "-e", help="Encoder to index with ('none': BM25 only)."),
     ] = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Model id or folder.")] = None,
-    option: Annotated[
-        list[str] | None, typer.Option("--option", "-o", help="Encoder option KEY=VALUE.")
-    ] = None,
+    model: ModelOption = None,
+    option: EncoderOptionsOption = None,
     mode: Annotated[
         str | None,
         typer.Option(help="hybrid, vector or lexical (default: hybrid; lexical loads no model)."),
@@ -44,10 +50,8 @@ def eval_command(
         typer.Option(help="Keep every judged document plus a random sample, N in all."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the --max-docs sample.")] = 0,
-    max_tokens: Annotated[
-        int | None, typer.Option(help="Cap on chunk size in tokens (default: the encoder's).")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+    max_tokens: MaxTokensOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Score search on a labelled dataset: nDCG@10, Recall@10, Recall@100, MRR@10.
 
@@ -56,20 +60,15 @@ def eval_command(
     reports how often a top-k passage overlaps the answer. `--mode lexical` without --encoder
     needs no model (SciFact: about a minute on 2 cores).
     """
-    from docsearch.app.cli import parse_options
     from docsearch.app.progress import ConsoleProgress
+    from docsearch.config import Settings
     from docsearch.evaluation import evaluate_dataset, load_dataset
 
-    try:
-        options = parse_options(option)
-        if model:
-            options["model"] = model
-        rset = load_dataset(dataset, split, task).subsample(max_docs, seed)
-        with ConsoleProgress(f"indexing {rset.name}") as progress:
-            result = evaluate_dataset(
-                rset, encoder=encoder, options=options, mode=mode, cap=max_tokens, progress=progress
-            )
-    except DocsearchError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code) from None
+    settings = Settings.resolve(max_tokens=max_tokens)
+    options = encoder_options(option, model=model)
+    rset = load_dataset(dataset, split, task).subsample(max_docs, seed)
+    with ConsoleProgress(f"indexing {rset.name}") as progress:
+        result = evaluate_dataset(
+            rset, encoder=encoder, options=options, mode=mode, settings=settings, progress=progress
+        )
     typer.echo(json.dumps(result.as_dict(), indent=2) if as_json else result.summary())

@@ -1,7 +1,6 @@
-"""`docsearch finetune`: adapt an encoder to your own documents (registered by cli.py).
+"""`docsearch finetune`: adapt an encoder to your own documents.
 
-A thin command over `docsearch.training.finetune`; the heavy imports happen inside it, and it
-imports nothing from cli.py at module level, so cli.py can import it without a cycle. Progress
+A thin command over `docsearch.training.finetune`; the heavy imports happen inside it. Progress
 (loss, learning rate, ETA) goes to stderr; the before/after table (or JSON) to stdout.
 """
 
@@ -15,7 +14,14 @@ from typing import Annotated, Any
 
 import typer
 
-from docsearch.errors import DocsearchError
+from docsearch.app.common import (
+    DbOption,
+    EncoderOptionsOption,
+    JsonOption,
+    ModelOption,
+    encoder_options,
+    handle_errors,
+)
 
 
 class ConsoleReporter:
@@ -69,6 +75,7 @@ def summary(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@handle_errors
 def finetune_command(
     train: Annotated[
         Path,
@@ -89,14 +96,12 @@ def finetune_command(
             "--encoder", "-e", help="sentence-transformers (all weights) or llm2vec (LoRA)."
         ),
     ] = "sentence-transformers",
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Model id or folder.")] = None,
+    model: ModelOption = None,
     adapter: Annotated[
         str | None,
         typer.Option(help="Start from this adapter (llm2vec: an MNTP adapter)."),
     ] = None,
-    option: Annotated[
-        list[str] | None, typer.Option("--option", help="Encoder option KEY=VALUE.")
-    ] = None,
+    option: EncoderOptionsOption = None,
     loss: Annotated[str, typer.Option(help="opl, mnrl, simcse or mntp (llm2vec).")] = "opl",
     eval_data: Annotated[
         Path | None,
@@ -149,16 +154,14 @@ def finetune_command(
         str | None,
         typer.Option(help="Collection indexed from --train: reuse its chunks and vectors."),
     ] = None,
-    db: Annotated[
-        str | None, typer.Option("--db", envvar="DOCSEARCH_DB", help="Database folder or URI.")
-    ] = None,
+    db: DbOption = None,
     resume: Annotated[
         bool,
         typer.Option(
             "--resume", help="Continue the interrupted run in --output from its checkpoint."
         ),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Fine-tune an encoder on labelled pairs or on your own documents, and check it helped.
 
@@ -167,13 +170,13 @@ def finetune_command(
     documents' headings, titles and sentences. Scores nDCG@10 before and after on --eval (or on
     held-out pairs). Ctrl-C saves a checkpoint; rerun the same command with --resume.
     """
-    from docsearch.app.cli import parse_options
+    from docsearch.config import Settings
     from docsearch.training.finetune import FinetuneJob, finetune
     from docsearch.training.trainer import TrainSettings
 
+    db = Settings.resolve(db=db).db
     try:
-        options = parse_options(option)
-        options.update({k: v for k, v in (("model", model), ("adapter", adapter)) if v})
+        options = encoder_options(option, model=model, adapter=adapter)
         settings = TrainSettings(
             loss=loss, steps=steps, epochs=epochs, lr=lr, batch_size=batch_size,
             grad_accum=grad_accum, negatives=negatives, mined=mined, max_minutes=max_minutes,
@@ -185,10 +188,7 @@ def finetune_command(
             max_pairs=max_pairs, collection=collection, db=db, resume=resume,
         )  # fmt: skip
         record = finetune(job, ConsoleReporter())
-    except DocsearchError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # here, not in handle_errors: the message says how to resume
         typer.echo(
             f"interrupted; the last checkpoint is in {output}/checkpoints: rerun the same "
             "command with --resume to continue",

@@ -1,6 +1,5 @@
-"""`docsearch ui`: the search UI in the browser (cli.py registers it: `app.command("ui")`).
+"""`docsearch ui`: the search UI in the browser (`app/web/`), served from this process.
 
-Self-contained on purpose (it does not import cli.py, so cli.py can import it at the top).
 Gradio is imported only when the command runs, so `docsearch --help` stays instant.
 """
 
@@ -12,11 +11,13 @@ from typing import Annotated
 
 import typer
 
-from docsearch.errors import DocsearchError, UsageError
+from docsearch.app.common import DbOption, handle_errors
+from docsearch.errors import UsageError
 
 UI_PACKAGES = ("gradio", "fastapi", "uvicorn", "pypdfium2")
 
 
+@handle_errors
 def ui_command(
     collection: Annotated[
         str | None,
@@ -30,30 +31,23 @@ def ui_command(
         Path | None,
         typer.Option(help="Allow indexing folders under this one from the UI (default: off)."),
     ] = None,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db", envvar="DOCSEARCH_DB", help="Database folder or URI.", show_default=False
-        ),
-    ] = None,
+    db: DbOption = None,
 ) -> None:
     """Open the search UI: search, filters, highlighted snippets, previews at the page.
 
     Serves on http://127.0.0.1:7860 by default and shows only documents recorded in the index.
     With --root FOLDER, folders under FOLDER can be indexed from the UI.
     """
-    try:
-        missing = [p for p in UI_PACKAGES if importlib.util.find_spec(p) is None]
-        if missing:
-            raise UsageError(f"the UI needs {', '.join(missing)}: pip install 'docsearch[ui]'")
-        if root is not None and not root.is_dir():
-            raise UsageError(f"--root must be an existing folder, not {root}")
-        from docsearch.app.ui import build_ui, serve
+    missing = [p for p in UI_PACKAGES if importlib.util.find_spec(p) is None]
+    if missing:
+        raise UsageError(f"the UI needs {', '.join(missing)}: pip install 'docsearch[ui]'")
+    if root is not None and not root.is_dir():
+        raise UsageError(f"--root must be an existing folder, not {root}")
+    from docsearch.app.web.ui import build_ui, serve
+    from docsearch.config import Settings
 
-        serve(build_ui(collection, db=db, root=root), host=host, port=port)
-    except DocsearchError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code) from None
+    settings = Settings.resolve(db=db)
+    serve(build_ui(collection, settings=settings, root=root), host=host, port=port)
 
 
 if __name__ == "__main__":

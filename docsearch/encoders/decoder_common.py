@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from docsearch.defaults import DEFAULT_TOKEN_BUDGET
 from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, spec_of
 from docsearch.encoders.batching import token_batches
 from docsearch.encoders.device import choose
@@ -29,7 +30,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_MAX_TOKENS = 8192  # cap on content tokens per input, below most models' window
-DEFAULT_TOKEN_BUDGET = 16384  # padded tokens per forward batch
 POOLINGS = ("mean", "last", "mean+last")
 POOL_SPANS = ("all", "text")
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from docsearch.defaults import DEFAULT_TOKEN_BUDGET, GROUP_CHUNKS
 from docsearch.encoders.base import Encoder
 from docsearch.encoders.batching import token_batches
 from docsearch.errors import ExtractionError, UsageError
@@ -36,14 +37,12 @@ from docsearch.indexer.store import FileRecord, FileUpdate, Store
 log = logging.getLogger(__name__)
 
 DEFAULT_EXCLUDES = (".*", "*/.*", "__pycache__", "*/__pycache__", "node_modules", "*/node_modules")
-GROUP_CHUNKS = 512  # chunks per commit group: big enough to batch well, small enough to resume
 # A commit at least this often when files come slowly (OCR, many small files): a run killed
 # every minute still advances. index_folder sets it; the Ray actors' Indexers never commit.
 COMMIT_SECONDS = 15.0
 # Vectors embedded for a group are checkpointed at least this often, so a run killed while
 # embedding one large file (one commit) resumes where it was, not at the file's first chunk.
 CHECKPOINT_SECONDS = 5.0
-DEFAULT_TOKEN_BUDGET = 16384  # padded tokens per encoder call
 
 
 class ProgressSink(Protocol):

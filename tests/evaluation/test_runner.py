@@ -91,3 +91,13 @@ def test_cli_eval_text_output_with_max_docs() -> None:
     assert out.exit_code == 0, out.output
     assert "ndcg@10" in out.stdout and "max-docs 4" in out.stdout
     assert "4 documents" in out.stdout
+
+
+def test_eval_indexes_with_the_same_settings_as_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DOCSEARCH_ENCODER and DOCSEARCH_MAX_TOKENS reach eval as they reach index."""
+    monkeypatch.setenv("DOCSEARCH_ENCODER", "hashing")
+    default = json.loads(CliRunner().invoke(_app(), ["eval", str(TINY), "--json"]).stdout)
+    assert default["encoder"].startswith("hashing") and default["mode"] == "hybrid"
+    monkeypatch.setenv("DOCSEARCH_MAX_TOKENS", "8")
+    capped = json.loads(CliRunner().invoke(_app(), ["eval", str(TINY), "--json"]).stdout)
+    assert capped["chunks"] > default["chunks"]

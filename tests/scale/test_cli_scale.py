@@ -1,7 +1,7 @@
 """`docsearch index --engine ray` and `--device` through the command line.
 
-These switch themselves on when cli.py has the options (the lead wires them from the diff in the
-scale report); until then they are skipped with that reason.
+These switch themselves on when `docsearch index` has the options (the lead wires them from the
+diff in the scale report); until then they are skipped with that reason.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from docsearch.app import cli
+from docsearch.app import index_cmd
 from tests.helpers import SAMPLES, run_cli
 
-WIRED = {"engine", "device"} <= set(inspect.signature(cli.index).parameters)
-pytestmark = pytest.mark.skipif(not WIRED, reason="cli.py has no --engine/--device yet")
+WIRED = {"engine", "device"} <= set(inspect.signature(index_cmd.index).parameters)
+pytestmark = pytest.mark.skipif(not WIRED, reason="`docsearch index` has no --engine/--device yet")
 
 
 def test_device_cuda_on_a_cpu_machine_is_one_line(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from docsearch.app.files import (
+from docsearch.app.web.files import (
     DocumentGuard,
     FileRefusedError,
     check_spelling,

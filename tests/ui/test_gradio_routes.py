@@ -194,7 +194,7 @@ def test_the_ui_still_loads_and_the_guarded_route_serves(site: Site) -> None:
 def test_the_ui_keeps_its_files_in_a_fresh_private_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from docsearch.app.ui import use_private_gradio_folders
+    from docsearch.app.web.ui import use_private_gradio_folders
 
     inherited = tmp_path / "shared-tmp"
     inherited.mkdir()
@@ -235,7 +235,7 @@ def test_other_gradio_routes_are_closed(site: Site, target: str) -> None:
 
 
 def test_the_route_list_admits_only_canonical_ui_paths() -> None:
-    from docsearch.app.ui import is_ui_route
+    from docsearch.app.web.ui import is_ui_route
 
     for path in ("/", "/config", "/assets/index-DphvyggB.js", "/static/fonts/a/b.woff2",
                  "/gradio_api/queue/join", "/gradio_api/heartbeat/6zqs8kuni13", "/docsearch/file"):  # fmt: skip

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from docsearch.app.files import FileRefusedError
-from docsearch.app.ui_actions import (
+from docsearch.app.web.actions import (
     Filters,
     UIContext,
     UIProgress,
@@ -19,6 +18,7 @@ from docsearch.app.ui_actions import (
     plain_snippet,
     results_html,
 )
+from docsearch.app.web.files import FileRefusedError
 from docsearch.config import Settings
 from docsearch.errors import UsageError
 from docsearch.indexer.store import FileRecord
@@ -35,7 +35,7 @@ def ctx(corpus: Corpus) -> UIContext:
 def client(corpus: Corpus) -> Any:
     from fastapi.testclient import TestClient
 
-    from docsearch.app.ui import build_ui, make_app
+    from docsearch.app.web.ui import build_ui, make_app
 
     app = make_app(build_ui("docs", db=corpus.db, root=corpus.root))
     with TestClient(app) as test_client:
@@ -184,7 +184,7 @@ def test_indexing_is_off_without_a_root(corpus: Corpus) -> None:
 def test_build_ui_has_the_search_first_layout(corpus: Corpus) -> None:
     import gradio as gr
 
-    from docsearch.app.ui import build_ui
+    from docsearch.app.web.ui import build_ui
 
     demo = build_ui("docs", db=corpus.db)
     assert isinstance(demo, gr.Blocks)

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from docsearch.app.files import (
+from docsearch.app.web.files import (
     DocumentGuard,
     file_url,
     find_pdf_page,
@@ -39,7 +39,6 @@ from docsearch.indexer.store import FileRecord
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-MODES = ("hybrid", "vector", "lexical")
 FILE_TYPES = {
     "PDF": (".pdf",),
     "Word": (".docx",),

@@ -9,7 +9,7 @@ scrolled to). Index: a folder under the allowed root, progress, and the per-file
 the page uses (so none of gradio's file or upload routes), and binds localhost by default.
 Every handler turns a `DocsearchError` into a message in the page; anything else is logged on the
 server and shown as one line, never a traceback.
-Not here: the actions behind the events (`ui_actions.py`), reading files (`files.py`).
+Not here: the actions behind the events (`actions.py`), reading files (`files.py`).
 """
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from docsearch.app.files import list_folders
-from docsearch.app.ui_actions import (
+from docsearch.app.web.actions import (
     ENCODER_CHOICES,
     FILE_TYPES,
     MAX_K,
-    MODES,
     Filters,
     UIContext,
     UIProgress,
@@ -40,7 +38,9 @@ from docsearch.app.ui_actions import (
     results_html,
     status_html,
 )
+from docsearch.app.web.files import list_folders
 from docsearch.config import Settings
+from docsearch.defaults import MODES
 from docsearch.errors import UsageError
 
 if TYPE_CHECKING:
@@ -442,7 +442,7 @@ def make_app(demo: Any) -> Any:
     gr = _gradio()
     ctx: UIContext = demo.docsearch_context
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    from docsearch.app.files import add_file_route
+    from docsearch.app.web.files import add_file_route
 
     add_file_route(app, ctx.guard)
     demo.queue(default_concurrency_limit=4)

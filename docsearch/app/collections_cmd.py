@@ -1,0 +1,89 @@
+"""`docsearch collections list | info | drop`: what the database holds, and removing it.
+
+Not here: the store (`docsearch.indexer.store`), index health (`doctor_cmd.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from docsearch.app.common import DbOption, JsonOption, handle_errors
+
+collections_app = typer.Typer(help="List, inspect and drop collections.", no_args_is_help=True)
+
+
+@collections_app.command("list")
+@handle_errors
+def collections_list(
+    as_json: JsonOption = False,
+    db: DbOption = None,
+) -> None:
+    """List the collections in the database."""
+    from docsearch.config import Settings
+    from docsearch.indexer.store import list_collections
+
+    db = Settings.resolve(db=db).db
+    names = list_collections(db)
+    infos = [_collection_info(db, n) for n in names]
+    if as_json:
+        typer.echo(json.dumps(infos, indent=2))
+        return
+    if not infos:
+        typer.echo(f"no collections in {db}", err=True)
+    for info in infos:
+        typer.echo(
+            f"{info['name']}\t{info['files']} files\t{info['chunks']} chunks\t{info['encoder']}"
+        )
+
+
+def _collection_info(db: str, name: str) -> dict[str, Any]:
+    from docsearch.encoders.base import describe
+    from docsearch.indexer.store import Store
+
+    store = Store.open(db, name)
+    records = store.file_records().values()
+    return {
+        "name": name,
+        "source": store.meta.source,
+        "encoder": describe(store.meta.encoder) if store.meta.encoder else "none (lexical only)",
+        "encoder_spec": store.meta.encoder,
+        "chunker": store.meta.chunker,
+        "schema_version": store.meta.schema_version,
+        "files": sum(r.status == "indexed" for r in records),
+        "failed_files": sum(r.status == "failed" for r in records),
+        "chunks": store.count_chunks(),
+    }
+
+
+@collections_app.command("info")
+@handle_errors
+def collections_info(
+    name: Annotated[str | None, typer.Argument(help="Collection (default: as for search).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Show what a collection was built with and what it holds (JSON)."""
+    from docsearch.config import Settings, resolve_collection
+
+    db = Settings.resolve(db=db).db
+    typer.echo(json.dumps(_collection_info(db, resolve_collection(db, name)), indent=2))
+
+
+@collections_app.command("drop")
+@handle_errors
+def collections_drop(
+    name: Annotated[str, typer.Argument(help="Collection to delete.", show_default=False)],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Delete a collection (the indexed files themselves are not touched)."""
+    from docsearch.config import Settings
+    from docsearch.indexer.store import drop_collection
+
+    db = Settings.resolve(db=db).db
+    if not yes and not typer.confirm(f"Drop collection {name!r} from {db}?", err=True):
+        raise typer.Exit(1)
+    drop_collection(db, name)
+    typer.echo(f"dropped {name}", err=True)

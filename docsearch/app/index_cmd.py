@@ -1,0 +1,158 @@
+"""`docsearch index`: bring a collection in line with a folder, and report what changed.
+
+Resolves the settings once (options over environment, files and defaults), takes the writer lock,
+prepares the collection and runs the local or the Ray engine; the per-file report goes to stderr.
+Not here: the indexing itself (`docsearch.indexer`), progress display (`progress.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from docsearch.app.common import (
+    CollectionOption,
+    DbOption,
+    EncoderOptionsOption,
+    MaxTokensOption,
+    ModelOption,
+    encoder_options,
+    handle_errors,
+)
+from docsearch.errors import UsageError
+
+
+@handle_errors
+def index(
+    path: Annotated[Path, typer.Argument(help="Folder (or file) to index.", show_default=False)],
+    collection: CollectionOption = None,
+    encoder: Annotated[
+        str | None,
+        typer.Option("--encoder", "-e", help="Encoder for a new collection ('none': BM25 only)."),
+    ] = None,
+    model: ModelOption = None,
+    adapter: Annotated[
+        str | None, typer.Option("--adapter", help="Fine-tuned adapter folder.")
+    ] = None,
+    option: EncoderOptionsOption = None,
+    include: Annotated[
+        list[str] | None, typer.Option(help="Only files matching this glob.")
+    ] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option(help="Skip files matching this glob.")
+    ] = None,
+    max_tokens: MaxTokensOption = None,
+    overlap: Annotated[
+        int | None, typer.Option(help="Tokens shared by neighbouring chunks.")
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="local (this process) or ray (a Ray cluster, see docs/scale.md).")
+    ] = "local",
+    address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster for --engine ray (default: RAY_ADDRESS, else a local Ray)."),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Embedding workers for --engine ray (default: one per GPU, else CPUs/2)."
+        ),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="cpu, cuda or cuda:N (default: cuda when there is one).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Index a folder into a collection (incremental: only new or changed files are embedded).
+
+    The collection is named after the folder unless --collection says otherwise. Supported:
+    PDF, .txt, .md, .html, .docx. Files that cannot be read are reported and skipped (exit 3).
+    """
+    from docsearch.app.progress import ConsoleProgress
+    from docsearch.config import Settings
+    from docsearch.indexer.collection import prepare
+    from docsearch.indexer.pipeline import index_folder
+    from docsearch.indexer.store import collection_name_for, writer_lock
+
+    if not path.exists():
+        raise UsageError(f"no such file or folder: {path}")
+    if engine not in ("local", "ray"):
+        raise UsageError(f"unknown engine {engine!r}; use local or ray")
+    runtime: dict[str, Any] = {"device": device} if device else {}
+    if device and engine == "local":  # Ray actors check the device on their own nodes
+        from docsearch.encoders.device import require
+
+        require(device)  # one line, before any model loads
+    settings = Settings.resolve(db=db, max_tokens=max_tokens, overlap=overlap)
+    db = settings.db
+    root = path.resolve()
+    name = collection or collection_name_for(root.name if root.is_dir() else root.stem)
+    given = encoder_options(option, model=model, adapter=adapter)
+    options = settings.with_default_model(encoder, given)
+    with writer_lock(db, name):
+        prepared = prepare(
+            db,
+            name,
+            encoder_name=encoder,
+            options=options,
+            default_encoder=settings.encoder,
+            cap=settings.max_tokens,
+            overlap=settings.overlap,
+            source=str(root),
+            runtime=runtime if engine == "local" else None,
+        )
+        with ConsoleProgress(f"indexing {name}") as progress:
+            if engine == "ray":
+                from docsearch.indexer.ray_engine import index_folder_ray
+
+                report = index_folder_ray(
+                    root,
+                    prepared.store,
+                    prepared.store.meta.encoder,
+                    prepared.chunker.settings.as_dict(),
+                    address=address,
+                    workers=workers,
+                    include=include or (),
+                    exclude=exclude or (),
+                    token_budget=settings.token_budget,
+                    runtime=runtime,
+                    progress=progress,
+                )
+            else:
+                report = index_folder(
+                    root,
+                    prepared.store,
+                    prepared.encoder,
+                    prepared.chunker,
+                    include=include or (),
+                    exclude=exclude or (),
+                    token_budget=settings.token_budget,
+                    group_chunks=settings.commit_chunks,
+                    progress=progress,
+                )
+    _print_report(name, report)
+    raise typer.Exit(report.exit_code)
+
+
+def _print_report(name: str, report: Any) -> None:
+    err = functools.partial(typer.echo, err=True)
+    err(
+        f"{name}: {report.new} new, {report.changed} changed, {report.renamed} renamed, "
+        f"{report.touched} touched, {report.unchanged} unchanged, {report.deleted} deleted, "
+        f"{len(report.failed)} failed"
+    )
+    rate = report.tokens_embedded / report.seconds if report.seconds else 0.0
+    err(
+        f"chunks: {report.chunks_written} written, {report.chunks_embedded} embedded, "
+        f"{report.chunks_reused} reused; {report.tokens_embedded:,} tokens in "
+        f"{report.seconds:.1f} s ({rate:,.0f} tokens/s)"
+    )
+    if report.truncated:
+        err(f"warning: {report.truncated} chunks exceed the encoder's window and were truncated")
+    for path, warning in report.warnings:
+        err(f"warning: {path}: {warning}")
+    for path, reason in report.failed:
+        err(f"failed: {path}: {reason}")

@@ -1,0 +1,76 @@
+"""`docsearch search`: ranked results on stdout, as text or JSON.
+
+Not here: the search itself (`docsearch.retriever`), snippets (`docsearch.snippets`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from docsearch.app.common import CollectionOption, DbOption, JsonOption, handle_errors
+from docsearch.errors import UsageError
+
+
+@handle_errors
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.", show_default=False)],
+    k: Annotated[int, typer.Option("-k", help="Number of results.")] = 10,
+    mode: Annotated[
+        str | None,
+        typer.Option(help="hybrid, vector or lexical (default: hybrid if the index has vectors)."),
+    ] = None,
+    where: Annotated[str | None, typer.Option(help="SQL filter on chunk columns.")] = None,
+    path: Annotated[
+        str | None, typer.Option("--path", help="Only paths matching this glob.")
+    ] = None,
+    passages: Annotated[
+        bool, typer.Option("--passages", help="Return passages, not documents.")
+    ] = False,
+    as_json: JsonOption = False,
+    collection: CollectionOption = None,
+    db: DbOption = None,
+) -> None:
+    """Search a collection. Without --collection: the only one, else the most recently indexed.
+
+    `--mode lexical` loads no model and answers fastest.
+    """
+    if not query.strip():
+        raise UsageError("empty query: type some words to search for")
+    from docsearch.config import Settings
+    from docsearch.retriever import Retriever
+
+    retriever = Retriever(collection, settings=Settings.resolve(db=db))
+    granularity = "passage" if passages else "document"
+    hits = retriever.search(query, k=k, mode=mode, where=where, path=path, granularity=granularity)
+    if as_json:
+        typer.echo(json.dumps([h.as_dict() for h in hits], indent=2, default=str))
+        return
+    if not hits:
+        typer.echo("no results", err=True)
+    for rank, hit in enumerate(hits, start=1):
+        typer.echo(_format_hit(rank, hit))
+
+
+def _format_hit(rank: int, hit: Any) -> str:
+    legs = ", ".join(
+        f"{leg} #{s['rank']} {s['score']:.3f}" for leg, s in sorted(hit.scores.items())
+    )
+    lines = [
+        f"{rank}. {hit.title or Path(hit.path).name}",
+        f"   {_short_path(hit.path)}  p. {hit.pages}  score {hit.score:.4f} ({legs})",
+    ]
+    if hit.heading_path:
+        lines.append(f"   § {hit.heading_path}")
+    lines.append(f"   {hit.snippet}")
+    return "\n".join(lines)
+
+
+def _short_path(path: str) -> str:
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
