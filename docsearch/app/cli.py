@@ -301,7 +301,7 @@ def _format_hit(rank: int, hit: Any) -> str:
     ]
     if hit.heading_path:
         lines.append(f"   § {hit.heading_path}")
-    lines.append(f"   {hit.snippet}")
+    lines.append(f"   {hit.snippet.marked()}")
     return "\n".join(lines)
 
 
@@ -345,7 +345,7 @@ def _collection_info(db: str, name: str) -> dict[str, Any]:
     from docsearch.indexer.store import Store
 
     store = Store.open(db, name)
-    records = store.file_records().values()
+    files = store.file_stats()
     return {
         "name": name,
         "source": store.meta.source,
@@ -353,8 +353,8 @@ def _collection_info(db: str, name: str) -> dict[str, Any]:
         "encoder_spec": store.meta.encoder,
         "chunker": store.meta.chunker,
         "schema_version": store.meta.schema_version,
-        "files": sum(r.status == "indexed" for r in records),
-        "failed_files": sum(r.status == "failed" for r in records),
+        "files": files.indexed,
+        "failed_files": len(files.failed),
         "chunks": store.count_chunks(),
     }
 
@@ -366,7 +366,8 @@ def collections_info(
     db: DbOption = None,
 ) -> None:
     """Show what a collection was built with and what it holds (JSON)."""
-    from docsearch.config import Settings, resolve_collection
+    from docsearch.config import Settings
+    from docsearch.indexer.store import resolve_collection
 
     db = db or Settings().db
     typer.echo(json.dumps(_collection_info(db, resolve_collection(db, name)), indent=2))
@@ -413,7 +414,7 @@ def doctor(
     for name in names:
         store = Store.open(db, name)
         health = store.index_health()
-        failed = {p: r.reason for p, r in store.file_records().items() if r.status == "failed"}
+        failed = store.file_stats().failed
         health["failed_files"] = failed
         health["encoder"] = store.meta.encoder
         report["collections"][name] = health
