@@ -61,9 +61,8 @@ class Hit(ChunkView):
 
     def as_dict(self) -> dict[str, Any]:
         """The hit as JSON-ready data; `snippet` is the marked text (`**term**`)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
         passage = self.snippet
-        return out | {
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {
             "snippet": passage.marked(),
             "snippet_marks": passage.marks,  # spans of the snippet's unmarked text
             "snippet_span": (passage.char_start, passage.char_end),  # in the document's text

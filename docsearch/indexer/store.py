@@ -124,15 +124,10 @@ class Candidate(ChunkView):
 RESULT_COLUMNS = ["id" if f.name == "chunk_id" else f.name for f in fields(ChunkView)]
 
 
-def _candidates(rows: list[dict[str, Any]], score: str) -> list[Candidate]:
-    """Rows of a search read (best first) with the leg's score in column `score`."""
-    found = []
-    for row in rows:
-        value = float(row.pop(score))
-        value = 1.0 - value if score == "_distance" else value  # cosine distance -> similarity
-        row["chunk_id"] = row.pop("id")
-        found.append(Candidate(**row, score=value, raw_score=value))
-    return found
+def _candidate(row: dict[str, Any], score: float) -> Candidate:
+    """A row of a search read (RESULT_COLUMNS, its score column already taken out)."""
+    row["chunk_id"] = row.pop("id")
+    return Candidate(**row, score=float(score), raw_score=float(score))
 
 
 @dataclass(frozen=True)
@@ -237,10 +232,6 @@ def local_db_path(db_uri: str) -> Path | None:
     elif "://" in db_uri:
         return None
     return Path(db_uri).expanduser().absolute()
-
-
-def is_local(db_uri: str) -> bool:
-    return local_db_path(db_uri) is not None
 
 
 def table_uri(db_uri: str, table: str) -> str:
@@ -706,7 +697,8 @@ class Store:
         nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
         nearest.update(ANN_SEARCH)  # used only when the table has a vector index
         scan = {"nearest": nearest, "prefilter": True, "columns": [*RESULT_COLUMNS, "_distance"]}
-        return _candidates(self._scan(where, **scan), "_distance")
+        # Lance reports the cosine distance; candidates score by similarity (higher is better).
+        return [_candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
 
     def search_text(self, query: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
         """The `k` best chunks for `query` by BM25 over `text` (stemmed words), best first."""
@@ -723,7 +715,7 @@ class Store:
     def _search_fts(self, query: Any, k: int, where: ChunkFilter | None) -> list[Candidate]:
         columns = [*RESULT_COLUMNS, "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
-        return _candidates(self._scan(where, **scan), "_score")
+        return [_candidate(r, r.pop("_score")) for r in self._scan(where, **scan)]
 
     def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
