@@ -29,14 +29,15 @@ from eval_sets import DEFAULT_CACHE, RESULTS, TUNING, load_group, machine, machi
 
 from docsearch.evaluation import RUN_DEPTH, EvalIndex, ndcg_at_k
 from docsearch.fusion import Fusion
+from docsearch.indexer.store import Candidate
 
 Legs = dict[str, dict[str, float]]  # leg -> doc id -> score
 
 
-def best_per_doc(rows: list[dict[str, Any]]) -> dict[str, float]:
+def best_per_doc(found: list[Candidate]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for row in rows:  # rows arrive best first
-        out.setdefault(row["path"], float(row["_score"]))
+    for one in found:  # candidates arrive best first
+        out.setdefault(one.path, one.score)
     return out
 
 

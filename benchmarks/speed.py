@@ -168,7 +168,7 @@ def recall_vs_exact(store: Any, vectors: np.ndarray) -> float | None:
         return None
     dataset, hits = store._read("chunks"), []
     for q in vectors:
-        found = [r["id"] for r in store.search_vector(q, 10, None)]
+        found = [c.chunk_id for c in store.search_vector(q, 10, None)]
         exact = (
             dataset.to_table(
                 nearest={

@@ -22,7 +22,6 @@ from pydantic_settings import (
 )
 
 from docsearch.defaults import DEFAULT_ENCODER, DEFAULT_TOKEN_BUDGET, GROUP_CHUNKS
-from docsearch.errors import CollectionNotFoundError
 from docsearch.fusion import DEFAULT_FUSION, Fusion
 
 APP = "docsearch"
@@ -114,19 +113,3 @@ class Settings(BaseSettings):
 
     def shown(self) -> dict[str, Any]:
         return self.model_dump()
-
-
-def resolve_collection(db: str, name: str | None) -> str:
-    """`name`, or the only collection, or the most recently written one."""
-    from docsearch.indexer.store import Store, list_collections
-
-    if name:
-        return name
-    names = list_collections(db)
-    if not names:
-        raise CollectionNotFoundError(
-            f"no collections in {db} yet; create one with `docsearch index PATH`"
-        )
-    if len(names) == 1:
-        return names[0]
-    return max(names, key=lambda n: Store.open(db, n).last_write())

@@ -2,7 +2,7 @@
 
     from docsearch import Retriever
     hits = Retriever("contracts").search("termination for cause", k=5)
-    hits[0].path, hits[0].pages, hits[0].snippet, hits[0].scores
+    hits[0].path, hits[0].pages, hits[0].snippet.marked(), hits[0].scores
 
 Modes: `hybrid` (dense + BM25, fused; the default when the collection has vectors), `vector`,
 `lexical` (loads no model). A document scores as its best chunk in each leg; `granularity=
@@ -10,6 +10,8 @@ Modes: `hybrid` (dense + BM25, fused; the default when the collection has vector
 ("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that contain them.
 Bad input of any kind (an unusable query, `k`, mode or filter) is a UsageError; `where` is checked
 as `docsearch.indexer.filters` describes, so it can narrow a search but never widen `path`.
+Each leg returns the store's `Candidate`s; fusion works on `{key: score}` maps; a `Hit`'s
+`Snippet` holds its text, the marked spans and where the passage lies in the document.
 Not here: query encoding details (the encoder's), result rendering (CLI/UI).
 """
 
@@ -18,18 +20,19 @@ from __future__ import annotations
 import logging
 import operator
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from docsearch.config import Settings, resolve_collection
+from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.encoders.base import Encoder, encoder_from_spec
 from docsearch.errors import EncoderUnavailableError, UsageError
 from docsearch.fusion import Fusion, ranks
 from docsearch.indexer.filters import ChunkFilter
-from docsearch.indexer.store import Store
-from docsearch.snippets import identifiers, make_snippet
+from docsearch.indexer.store import Candidate, ChunkView, Store, resolve_collection
+from docsearch.snippets import Snippet, identifiers, make_snippet
 
 log = logging.getLogger(__name__)
 
@@ -42,25 +45,13 @@ MAX_QUERY_CHARS = 10_000
 MAX_K = 10_000  # far beyond any results page or evaluation depth (100); bounds the pools
 
 
-@dataclass
-class Hit:
+@dataclass(frozen=True)
+class Hit(ChunkView):
     """One result: a document (its best chunk) or a passage, with provenance and scores."""
 
-    text: str  # the chunk's text
-    path: str
-    title: str
-    page_start: int
-    page_end: int
-    char_start: int
-    char_end: int
-    heading_path: str
-    chunk_id: str
-    doc_id: str
-    ordinal: int
     score: float  # the fused (or single-leg) score that ordered the results
     scores: dict[str, dict[str, float]] = field(default_factory=dict)  # leg -> {rank, score}
-    snippet: str = ""  # best passage with query terms marked **like this**
-    snippet_marks: tuple[tuple[int, int], ...] = ()  # spans in the unmarked snippet text
+    snippet: Snippet = Snippet("")  # the best passage, its query terms marked by offsets
 
     @property
     def pages(self) -> str:
@@ -69,7 +60,14 @@ class Hit:
         return f"{self.page_start}-{self.page_end}"
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__) | {"pages": self.pages}
+        """The hit as JSON-ready data; `snippet` is the marked text (`**term**`)."""
+        passage = self.snippet
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {
+            "snippet": passage.marked(),
+            "snippet_marks": passage.marks,  # spans of the snippet's unmarked text
+            "snippet_span": (passage.char_start, passage.char_end),  # in the document's text
+            "pages": self.pages,
+        }
 
 
 def clean_query(query: object) -> str:
@@ -104,15 +102,11 @@ def _whole_number(k: object) -> int:
     return value
 
 
-def _display_score(row: dict[str, Any]) -> float:
-    return float(row.get("_bm25", row["_score"]))
-
-
-def _best_per_doc(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """doc_id -> its highest-scoring row (rows arrive best first)."""
-    best: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        best.setdefault(row["doc_id"], row)
+def _best_of_each(found: list[Candidate], granularity: str) -> dict[str, Candidate]:
+    """doc_id (or chunk_id for passages) -> its best candidate (candidates arrive best first)."""
+    best: dict[str, Candidate] = {}
+    for one in found:
+        best.setdefault(one.doc_id if granularity == "document" else one.chunk_id, one)
     return best
 
 
@@ -172,7 +166,7 @@ class Retriever:
         flt = ChunkFilter(path=path, paths=paths, where=where)
         mode = self._usable_mode(mode or self.default_mode())
         pool = max(50, 5 * k) if granularity == "document" else max(20, 2 * k)
-        legs: dict[str, list[dict[str, Any]]] = {}
+        legs: dict[str, list[Candidate]] = {}
         if mode in ("hybrid", "vector"):
             vector = self.encoder().encode_queries([query])[0]
             legs["dense"] = self.store.search_vector(vector, pool, flt)
@@ -197,88 +191,48 @@ class Retriever:
                 return "lexical"
         return mode
 
-    def lexical(self, query: str, limit: int, where: ChunkFilter | None) -> list[dict[str, Any]]:
-        """BM25 rows, with chunks containing the query's identifiers verbatim lifted to the top."""
-        rows = self.store.search_text(query, limit, where)
+    def lexical(self, query: str, limit: int, where: ChunkFilter | None) -> list[Candidate]:
+        """BM25 candidates, with chunks containing the query's identifiers verbatim lifted to
+        the top (their raw_score stays the true BM25)."""
+        found = self.store.search_text(query, limit, where)
         idents = identifiers(query)
         if not idents:
-            return rows
-        from lance.query import PhraseQuery
-
-        matched: dict[str, int] = {}
-        extra: dict[str, dict[str, Any]] = {}
+            return found
+        by_id = {one.chunk_id: one for one in found}
+        matched: Counter[str] = Counter()
         for ident in idents:
-            phrase = PhraseQuery(ident, "text")
-            for row in self.store.search_text(phrase, limit, where):
-                if ident.lower() not in row["text"].lower():  # the index drops "a", "(", ...
-                    continue
-                matched[row["id"]] = matched.get(row["id"], 0) + 1
-                extra.setdefault(row["id"], row)
-        by_id = {row["id"]: row for row in rows}
-        for key, row in extra.items():
-            by_id.setdefault(key, row)
-        lift = max((r["_score"] for r in by_id.values()), default=0.0) + 1.0
-        for row in by_id.values():  # keep the true BM25 for display, order by the lifted score
-            row["_bm25"] = row["_score"]
-            row["_score"] = row["_score"] + lift * matched.get(row["id"], 0)
-        ordered = sorted(by_id.values(), key=lambda r: -r["_score"])
-        return ordered[:limit]
+            for one in self.store.search_phrase(ident, limit, where):
+                if ident.lower() in one.text.lower():  # the index drops "a", "(", ...
+                    matched[one.chunk_id] += 1
+                    by_id.setdefault(one.chunk_id, one)
+        lift = max((one.score for one in by_id.values()), default=0.0) + 1.0
+        lifted = [replace(c, score=c.score + lift * matched[c.chunk_id]) for c in by_id.values()]
+        return sorted(lifted, key=lambda one: -one.score)[:limit]
 
     def _fuse(
-        self, query: str, legs: dict[str, list[dict[str, Any]]], k: int, granularity: str
+        self, query: str, legs: dict[str, list[Candidate]], k: int, granularity: str
     ) -> list[Hit]:
-        key = "doc_id" if granularity == "document" else "id"
-        per_leg = {
-            leg: (_best_per_doc(rows) if key == "doc_id" else {r["id"]: r for r in rows})
-            for leg, rows in legs.items()
-        }
-        scores = {
-            leg: {kk: float(r["_score"]) for kk, r in best.items()} for leg, best in per_leg.items()
-        }
+        per_leg = {leg: _best_of_each(found, granularity) for leg, found in legs.items()}
+        scores = {leg: {key: c.score for key, c in best.items()} for leg, best in per_leg.items()}
         fused = self.fusion(scores) if len(legs) > 1 else next(iter(scores.values()), {})
         leg_ranks = {leg: ranks(s) for leg, s in scores.items()}
         hits = []
-        for item in sorted(fused, key=lambda kk: (-fused[kk], kk))[:k]:
-            row = self._representative(item, per_leg, leg_ranks)
+        for key in sorted(fused, key=lambda kk: (-fused[kk], kk))[:k]:
+            found = {leg: best[key] for leg, best in per_leg.items() if key in best}
             breakdown = {
-                leg: {"rank": leg_ranks[leg][item], "score": _display_score(per_leg[leg][item])}
-                for leg in per_leg
-                if item in per_leg[leg]
+                leg: {"rank": leg_ranks[leg][key], "score": one.raw_score}
+                for leg, one in found.items()
             }
-            hits.append(self._hit(row, query, fused[item], breakdown))
+            # A document is shown by its chunk from the leg that ranked it highest.
+            shown = found[min(found, key=lambda leg: leg_ranks[leg][key])]
+            hits.append(_hit(shown, query, fused[key], breakdown))
         return hits
 
-    @staticmethod
-    def _representative(
-        item: str,
-        per_leg: dict[str, dict[str, dict[str, Any]]],
-        leg_ranks: dict[str, dict[str, int]],
-    ) -> dict[str, Any]:
-        """The row shown for a document: its chunk from the leg that ranked it highest."""
-        legs = [leg for leg in per_leg if item in per_leg[leg]]
-        best_leg = min(legs, key=lambda leg: leg_ranks[leg][item])
-        return per_leg[best_leg][item]
 
-    @staticmethod
-    def _hit(row: dict[str, Any], query: str, score: float, scores: dict[str, Any]) -> Hit:
-        snippet = make_snippet(row["text"], query)
-        return Hit(
-            text=row["text"],
-            path=row["path"],
-            title=row["title"],
-            page_start=row["page_start"],
-            page_end=row["page_end"],
-            char_start=row["char_start"],
-            char_end=row["char_end"],
-            heading_path=row["heading_path"],
-            chunk_id=row["id"],
-            doc_id=row["doc_id"],
-            ordinal=row["ordinal"],
-            score=score,
-            scores=scores,
-            snippet=snippet.marked(),
-            snippet_marks=snippet.marks,
-        )
+def _hit(shown: Candidate, query: str, score: float, scores: dict[str, Any]) -> Hit:
+    view = {f.name: getattr(shown, f.name) for f in fields(ChunkView)}
+    snippet = make_snippet(shown.text, query, offset=shown.char_start)
+    return Hit(**view, score=score, scores=scores, snippet=snippet)
 
 
 def open_index(collection: str | None = None, *, db: str | None = None) -> Retriever:

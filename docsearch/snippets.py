@@ -60,8 +60,20 @@ def identifiers(query: str, limit: int = MAX_IDENTIFIERS) -> list[str]:
 
 @dataclass(frozen=True)
 class Snippet:
-    text: str  # plain text
-    marks: tuple[tuple[int, int], ...]  # spans in `text` to highlight
+    """A hit's best passage as shown, and where it lies in its document.
+
+    `text` is the passage with each run of whitespace as one space and "… " / " …" where the
+    chunk goes on; `marks` are the spans of `text` to highlight, which renderers wrap (`marked`,
+    the UI's <mark>). `char_start:char_end` is the passage's span in the document's extracted
+    text (the offsets chunks are stored with); `anchor` is where its first marked term starts
+    there (the page a preview opens at).
+    """
+
+    text: str
+    marks: tuple[tuple[int, int], ...] = ()
+    char_start: int = 0
+    char_end: int = 0
+    anchor: int = 0
 
     def marked(self, open_mark: str = "**", close_mark: str = "**") -> str:
         out, last = [], 0
@@ -70,6 +82,9 @@ class Snippet:
             last = end
         out.append(self.text[last:])
         return "".join(out)
+
+    def __str__(self) -> str:
+        return self.marked()
 
 
 def mark_spans(text: str, terms: set[str], idents: list[str]) -> tuple[tuple[int, int], ...]:
@@ -111,8 +126,9 @@ def _score(
     return found, len(present), sum(s in terms for s in stems)
 
 
-def make_snippet(text: str, query: str, max_chars: int = 320) -> Snippet:
-    """The best window of `text` for `query`, trimmed to whole words, with marks."""
+def make_snippet(text: str, query: str, max_chars: int = 320, offset: int = 0) -> Snippet:
+    """The best window of `text` for `query`, with marks; `text` starts at character `offset`
+    of its document (a chunk's char_start), so the snippet's span is the document's."""
     terms, idents = query_terms(query), identifiers(query)
     windows = _windows(text, max_chars)
     if len(windows) > 1 and (terms or idents):
@@ -120,8 +136,11 @@ def make_snippet(text: str, query: str, max_chars: int = 320) -> Snippet:
     else:
         best = 0
     start, end = windows[best]
+    in_source = mark_spans(text[start:end], terms, idents)
+    anchor = offset + start + (in_source[0][0] if in_source else 0)
     passage = " ".join(text[start:end].split())
     prefix = "… " if start > 0 else ""
     suffix = " …" if end < len(text.rstrip()) else ""
     passage = prefix + passage + suffix
-    return Snippet(passage, mark_spans(passage, terms, idents))
+    marks = mark_spans(passage, terms, idents)
+    return Snippet(passage, marks, offset + start, offset + end, anchor)

@@ -57,7 +57,7 @@ def test_lexical_finds_exact_identifiers(
     if document:
         assert hits[0].path.endswith(document)
     ident = query.split()[-1]
-    assert f"**{ident}**" in hits[0].snippet
+    assert f"**{ident}**" in hits[0].snippet.marked()
     assert ident in hits[0].text
     if page:
         assert hits[0].pages == page
@@ -65,7 +65,7 @@ def test_lexical_finds_exact_identifiers(
 
 def test_lexical_stems_terms(samples_db: str) -> None:
     hits = Retriever("samples", db=samples_db).search("terminating agreements", mode="lexical")
-    assert any("**" in h.snippet and "erminat" in h.snippet for h in hits)
+    assert any("**" in str(h.snippet) and "erminat" in str(h.snippet) for h in hits)
 
 
 def test_passages_and_filters(samples_db: str) -> None:
@@ -123,3 +123,36 @@ def test_rrf_and_minmax_by_hand() -> None:
     assert Fusion("minmax")(legs) == blended
     with pytest.raises(ValueError, match="unknown fusion"):
         Fusion("max")(legs)
+
+
+def test_lexical_candidates_keep_the_true_bm25_under_the_identifier_lift(samples_db: str) -> None:
+    retriever = Retriever("samples", db=samples_db)
+    plain = {c.chunk_id: c.score for c in retriever.store.search_text("PPR-9087", 50, None)}
+    found = retriever.lexical("PPR-9087", 50, None)
+    top = found[0]
+    assert "PPR-9087" in top.text and top.score > top.raw_score  # lifted above every BM25
+    assert top.score > max(plain.values())
+    for one in found:
+        if one.chunk_id in plain:
+            assert one.raw_score == pytest.approx(plain[one.chunk_id], rel=1e-6)
+    hit = retriever.search("PPR-9087", k=1, mode="lexical")[0]
+    assert hit.scores["lexical"]["score"] == pytest.approx(top.raw_score, rel=1e-6)
+
+
+def test_a_hit_carries_its_snippet_with_offsets_and_the_old_json(samples_db: str) -> None:
+    hit = Retriever("samples", db=samples_db).search("motor stall E-MOT-21", k=1, mode="lexical")[0]
+    snippet = hit.snippet
+    assert hit.char_start <= snippet.char_start < snippet.char_end <= hit.char_end
+    source = hit.text[snippet.char_start - hit.char_start : snippet.char_end - hit.char_start]
+    assert " ".join(source.split()) in snippet.text  # the shown passage is that span
+    assert source[snippet.anchor - snippet.char_start :].startswith(
+        snippet.text[snippet.marks[0][0] : snippet.marks[0][1]]
+    )  # the anchor is where the first marked term is
+    assert [snippet.text[a:b] for a, b in snippet.marks if "E-MOT" in snippet.text[a:b]]
+    shown = hit.as_dict()
+    assert (
+        shown["snippet"] == snippet.marked() == str(snippet) and "**E-MOT-21**" in shown["snippet"]
+    )
+    assert shown["snippet_marks"] == snippet.marks and shown["pages"] == hit.pages
+    assert shown["snippet_span"] == (snippet.char_start, snippet.char_end)
+    assert {"text", "path", "chunk_id", "doc_id", "score", "scores"} <= shown.keys()

@@ -44,7 +44,7 @@ def _collection_info(db: str, name: str) -> dict[str, Any]:
     from docsearch.indexer.store import Store
 
     store = Store.open(db, name)
-    records = store.file_records().values()
+    files = store.file_stats()
     return {
         "name": name,
         "source": store.meta.source,
@@ -52,8 +52,8 @@ def _collection_info(db: str, name: str) -> dict[str, Any]:
         "encoder_spec": store.meta.encoder,
         "chunker": store.meta.chunker,
         "schema_version": store.meta.schema_version,
-        "files": sum(r.status == "indexed" for r in records),
-        "failed_files": sum(r.status == "failed" for r in records),
+        "files": files.indexed,
+        "failed_files": len(files.failed),
         "chunks": store.count_chunks(),
     }
 
@@ -65,7 +65,8 @@ def collections_info(
     db: DbOption = None,
 ) -> None:
     """Show what a collection was built with and what it holds (JSON)."""
-    from docsearch.config import Settings, resolve_collection
+    from docsearch.config import Settings
+    from docsearch.indexer.store import resolve_collection
 
     db = Settings.resolve(db=db).db
     typer.echo(json.dumps(_collection_info(db, resolve_collection(db, name)), indent=2))

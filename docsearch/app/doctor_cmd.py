@@ -31,7 +31,7 @@ def doctor(
     for name in names:
         store = Store.open(db, name)
         health = store.index_health()
-        failed = {p: r.reason for p, r in store.file_records().items() if r.status == "failed"}
+        failed = store.file_stats().failed
         health["failed_files"] = failed
         health["encoder"] = store.meta.encoder
         report["collections"][name] = health

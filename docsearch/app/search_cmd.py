@@ -65,7 +65,7 @@ def _format_hit(rank: int, hit: Any) -> str:
     ]
     if hit.heading_path:
         lines.append(f"   § {hit.heading_path}")
-    lines.append(f"   {hit.snippet}")
+    lines.append(f"   {hit.snippet.marked()}")
     return "\n".join(lines)
 
 

@@ -9,6 +9,8 @@ rows are committed); vector search is cosine. While a run embeds, `<name>__pendi
 checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
 creation was killed is listed as incomplete and repaired by the next writer; one writer per
 collection holds a lock on local databases (object stores: single writer by rule).
+This is the only module that talks to Lance: searches (vector, BM25, phrase) return typed
+`Candidate`s filtered by a `ChunkFilter`, and the files table is read through typed methods.
 Not here: walking folders, embedding, fusion (see `pipeline.py`, `retriever.py`).
 """
 
@@ -22,7 +24,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -32,27 +34,12 @@ import numpy as np
 from docsearch.encoders.base import describe, same_identity
 from docsearch.errors import CollectionNotFoundError, EncoderMismatchError, UsageError
 from docsearch.indexer.filters import ChunkFilter, bad_where, lance_problem
-from docsearch.indexer.filters import glob_to_like as glob_to_like  # re-exported
-from docsearch.indexer.filters import sql_in as sql_in
+from docsearch.indexer.filters import sql_in as sql_in  # re-exported
 from docsearch.indexer.filters import sql_str as sql_str
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-RESULT_COLUMNS = [
-    "id",
-    "doc_id",
-    "path",
-    "title",
-    "text",
-    "ordinal",
-    "page_start",
-    "page_end",
-    "char_start",
-    "char_end",
-    "heading_path",
-    "n_tokens",
-]  # what search returns: everything but the vector
 # Exact (flat) vector search reads every vector: fine up to tens of thousands of chunks (about
 # 30 ms at 10k here). Above this many rows refresh_indexes() builds an IVF-HNSW index (scalar
 # quantised); queries visit every partition's graph with a wide beam (measured in
@@ -104,6 +91,51 @@ class FileUpdate:
 
     record: FileRecord
     rows: list[dict[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class ChunkView:
+    """A chunk as results show it: its text and where it comes from (offsets into the
+    extracted document's text, 1-based pages)."""
+
+    text: str
+    path: str
+    title: str
+    page_start: int
+    page_end: int
+    char_start: int
+    char_end: int
+    heading_path: str
+    chunk_id: str
+    doc_id: str
+    ordinal: int
+
+
+@dataclass(frozen=True)
+class Candidate(ChunkView):
+    """A chunk one search leg found. `score` orders the leg (BM25, cosine similarity, or BM25
+    lifted for verbatim identifiers); `raw_score` is the leg's own score, shown to people."""
+
+    score: float
+    raw_score: float
+
+
+# What a search reads: the chunk columns of ChunkView (`id` is its chunk_id), not the vector.
+RESULT_COLUMNS = ["id" if f.name == "chunk_id" else f.name for f in fields(ChunkView)]
+
+
+def _candidate(row: dict[str, Any], score: float) -> Candidate:
+    """A row of a search read (RESULT_COLUMNS, its score column already taken out)."""
+    row["chunk_id"] = row.pop("id")
+    return Candidate(**row, score=float(score), raw_score=float(score))
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """How a collection's files fared: how many are searchable, and which failed and why."""
+
+    indexed: int
+    failed: dict[str, str]  # path -> reason
 
 
 def validate_name(name: str) -> str:
@@ -202,10 +234,6 @@ def local_db_path(db_uri: str) -> Path | None:
     return Path(db_uri).expanduser().absolute()
 
 
-def is_local(db_uri: str) -> bool:
-    return local_db_path(db_uri) is not None
-
-
 def table_uri(db_uri: str, table: str) -> str:
     """Where LanceDB keeps a table: `<db>/<table>.lance` (local folders and object stores)."""
     return f"{db_uri.rstrip('/')}/{table}.lance"
@@ -298,6 +326,20 @@ def list_collections(db_uri: str) -> list[str]:
     return complete
 
 
+def resolve_collection(db_uri: str, name: str | None) -> str:
+    """`name`, or the only collection, or the most recently written one."""
+    if name:
+        return name
+    names = list_collections(db_uri)
+    if not names:
+        raise CollectionNotFoundError(
+            f"no collections in {db_uri} yet; create one with `docsearch index PATH`"
+        )
+    if len(names) == 1:
+        return names[0]
+    return max(names, key=lambda n: Store.open(db_uri, n).last_write())
+
+
 def incomplete_message(name: str, why: str) -> str:
     return (
         f"collection {name!r} is incomplete: {why}; `docsearch index PATH --collection {name}` "
@@ -341,7 +383,7 @@ class Store:
         self.uri = _canonical_uri(uri or db.uri)
         self._search_indexed = False  # the full-text index exists (checked once per Store)
         self._first_build = False  # this Store created that index while the table was filling
-        self.meta = CollectionMeta.from_json(self._read("chunks").schema.metadata[META_KEY])
+        self.meta = self._stored_meta()
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
                 f"collection {name!r} was written by a newer docsearch (schema "
@@ -366,6 +408,17 @@ class Store:
     def _read(self, table: str) -> Any:
         """The latest version of a table's Lance dataset, for reading."""
         return _dataset(table_uri(self.uri, f"{self.name}__{table}"))
+
+    def _stored_meta(self) -> CollectionMeta:
+        return CollectionMeta.from_json(self._read("chunks").schema.metadata[META_KEY])
+
+    def is_current(self) -> bool:
+        """Whether the collection on disk is still the one this Store opened: False once it was
+        dropped, or dropped and built again (another encoder, other chunks); reopen it then."""
+        try:
+            return self._stored_meta() == self.meta
+        except Exception:  # noqa: BLE001 - gone or half-written: either way, reopen and report
+            return False
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -440,6 +493,17 @@ class Store:
     def file_records(self) -> dict[str, FileRecord]:
         rows = self._read("files").to_table().to_pylist()
         return {r["path"]: FileRecord(**r) for r in rows}
+
+    def file_record(self, path: str) -> FileRecord | None:
+        """The record of exactly `path` (any string: it is quoted, never read as SQL)."""
+        rows = self._read("files").to_table(filter=f"path = {sql_str(path)}", limit=1)
+        return FileRecord(**rows.to_pylist()[0]) if rows.num_rows else None
+
+    def file_stats(self) -> FileStats:
+        columns = ["path", "status", "reason"]
+        rows = self._read("files").to_table(columns=columns).to_pylist()
+        failed = {r["path"]: r["reason"] for r in rows if r["status"] == "failed"}
+        return FileStats(sum(r["status"] == "indexed" for r in rows), failed)
 
     def count_chunks(self, where: str | ChunkFilter | None = None) -> int:
         """Chunks matching `where`: docsearch's own SQL (a str) or a caller's ChunkFilter."""
@@ -626,22 +690,32 @@ class Store:
 
     def search_vector(
         self, vector: np.ndarray, k: int, where: ChunkFilter | None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Candidate]:
+        """The `k` chunks nearest to `vector` by cosine similarity, best first."""
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
         nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
         nearest.update(ANN_SEARCH)  # used only when the table has a vector index
         scan = {"nearest": nearest, "prefilter": True, "columns": [*RESULT_COLUMNS, "_distance"]}
-        rows = self._scan(where, **scan)
-        for row in rows:
-            row["_score"] = 1.0 - float(row.pop("_distance"))
-        return rows
+        # Lance reports the cosine distance; candidates score by similarity (higher is better).
+        return [_candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
 
-    def search_text(self, query: Any, k: int, where: ChunkFilter | None) -> list[dict[str, Any]]:
-        """BM25 over `text`; `query` is a string or a Lance full-text query (PhraseQuery...)."""
+    def search_text(self, query: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
+        """The `k` best chunks for `query` by BM25 over `text` (stemmed words), best first."""
+        return self._search_fts(query, k, where)
+
+    def search_phrase(self, phrase: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
+        """BM25 over the chunks whose text has the words of `phrase` next to each other, in order
+        (as the index splits words: punctuation, and words it leaves out such as "a", are not
+        compared)."""
+        from lance.query import PhraseQuery
+
+        return self._search_fts(PhraseQuery(phrase, "text"), k, where)
+
+    def _search_fts(self, query: Any, k: int, where: ChunkFilter | None) -> list[Candidate]:
         columns = [*RESULT_COLUMNS, "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
-        return self._scan(where, **scan)
+        return [_candidate(r, r.pop("_score")) for r in self._scan(where, **scan)]
 
     def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""

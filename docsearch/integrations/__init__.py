@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 def hit_metadata(hit: Hit, collection: str) -> dict[str, Any]:
     """Everything a `Hit` says about where its text comes from and how it scored, minus the text."""
     meta = {
-        key: value for key, value in hit.as_dict().items() if key not in ("text", "snippet_marks")
+        key: value
+        for key, value in hit.as_dict().items()
+        if key not in ("text", "snippet_marks", "snippet_span")
     }
     return meta | {"collection": collection}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ from docsearch.app.web.actions import (
     filtered_paths,
     hit_item,
     parse_day,
-    plain_snippet,
     results_html,
 )
 from docsearch.app.web.files import FileRefusedError
@@ -44,14 +44,6 @@ def client(corpus: Corpus) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # Pure helpers
-
-
-def test_plain_snippet_undoes_the_markers_even_when_the_text_has_stars() -> None:
-    text = "a **bold** claim on termination for cause"
-    spans = ((text.index("termination"), text.index(" for")), (text.index("cause"), len(text)))
-    snippet = Snippet(text, spans)
-    assert snippet.marked() == "a **bold** claim on **termination** for **cause**"
-    assert plain_snippet(snippet.marked(), snippet.marks) == snippet.text
 
 
 def test_parse_day_and_date_filter() -> None:
@@ -100,10 +92,23 @@ def test_search_ranks_the_pdf_first_with_its_page_and_marks(ctx: UIContext) -> N
 
 def test_results_html_escapes_document_text(ctx: UIContext) -> None:
     found = ctx.search("escrow", "docs", "lexical", 5, Filters())
-    hit = found.hits[0]
-    hit.title = '<img src=x onerror="alert(1)">'
+    found.hits[0] = replace(found.hits[0], title='<img src=x onerror="alert(1)">')
     page = results_html(found)
     assert "<img src=x" not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+
+
+def test_snippets_are_marked_by_their_spans_even_when_the_text_has_stars(
+    ctx: UIContext,
+) -> None:
+    text = "a **bold** claim on termination for cause"
+    spans = ((text.index("termination"), text.index(" for")), (text.index("cause"), len(text)))
+    snippet = Snippet(text, spans)
+    assert snippet.marked() == "a **bold** claim on **termination** for **cause**"
+    found = ctx.search("escrow", "docs", "lexical", 5, Filters())
+    found.hits[0] = replace(found.hits[0], snippet=snippet)
+    assert "a **bold** claim on <mark>termination</mark> for <mark>cause</mark>" in results_html(
+        found
+    )
 
 
 def test_filters_narrow_the_results(ctx: UIContext) -> None:

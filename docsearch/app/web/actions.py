@@ -4,6 +4,8 @@
 its methods are the UI's actions (search, preview a hit at its page, index a folder) and raise
 `DocsearchError`s that the gradio layer (`ui.py`) shows as messages. The HTML helpers render
 results (snippets with the query terms in <mark>, score breakdown) with everything escaped.
+A preview places the hit by the offsets stored with its chunk and snippet; the document is
+extracted again only to show its text (or, for a chunk over several PDF pages, to learn the page).
 Not here: layout and events (`ui.py`), reading files from disk (`files.py`).
 """
 
@@ -18,14 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from docsearch.app.web.files import (
     DocumentGuard,
+    Verified,
     file_url,
-    find_pdf_page,
     marked_html,
-    passage_span,
     pdf_page_count,
     pdf_page_html,
     resolve_folder,
@@ -35,6 +36,11 @@ from docsearch.app.web.files import (
 from docsearch.config import Settings
 from docsearch.errors import DocsearchError, UsageError
 from docsearch.indexer.store import FileRecord
+from docsearch.retriever import MODES as MODES  # re-exported: the mode picker's choices
+from docsearch.retriever import Hit, Retriever
+
+if TYPE_CHECKING:
+    from docsearch.indexer.extract import Document
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,7 +68,7 @@ class Filters:
 class Searched:
     """One search's outcome, as the results list shows it."""
 
-    hits: list[Any]
+    hits: list[Hit]
     seconds: float
     search_id: int
     mode: str  # the mode that answered (lexical when the collection has no vectors)
@@ -72,18 +78,6 @@ class Searched:
 
 # ---------------------------------------------------------------------------------------------
 # Pure helpers: filters and HTML
-
-
-def plain_snippet(marked: str, marks: Sequence[tuple[int, int]], marker: str = "**") -> str:
-    """`Hit.snippet` without its markers (the text may contain '**' itself, so go by the spans)."""
-    width, out, last = len(marker), [], 0
-    for i, (start, end) in enumerate(marks):
-        opened = start + 2 * width * i
-        out.append(marked[last:opened])
-        out.append(marked[opened + width : end + 2 * width * i + width])
-        last = end + 2 * width * (i + 1)
-    out.append(marked[last:])
-    return "".join(out)
 
 
 def parse_day(text: str | None, end_of_day: bool = False) -> float | None:
@@ -120,7 +114,7 @@ def friendly_glob(pattern: str) -> str | None:
     return pattern if pattern.startswith(("/", "*")) else "*" + pattern
 
 
-def answered_mode(asked: str, has_vectors: bool, hits: Sequence[Any]) -> str:
+def answered_mode(asked: str, has_vectors: bool, hits: Sequence[Hit]) -> str:
     """The mode that really answered: hybrid falls back to lexical without vectors or encoder."""
     if asked != "lexical" and (
         not has_vectors or (hits and not any("dense" in h.scores for h in hits))
@@ -139,16 +133,15 @@ def display_path(path: str, source: str) -> str:
         return path
 
 
-def score_line(hit: Any) -> str:
+def score_line(hit: Hit) -> str:
     legs = " · ".join(
         f"{leg} #{s['rank']} ({s['score']:.3f})" for leg, s in sorted(hit.scores.items())
     )
     return f"score {hit.score:.4f}" + (f" · {legs}" if legs else "")
 
 
-def hit_html(rank: int, hit: Any, collection: str, source: str) -> str:
+def hit_html(rank: int, hit: Hit, collection: str, source: str) -> str:
     esc = html.escape
-    plain = plain_snippet(hit.snippet, hit.snippet_marks)
     heading = f'<div class="ds-heading">§ {esc(hit.heading_path)}</div>' if hit.heading_path else ""
     link = esc(file_url(collection, hit.path, hit.page_start))
     return (
@@ -159,7 +152,7 @@ def hit_html(rank: int, hit: Any, collection: str, source: str) -> str:
         f'</button> <span class="ds-pages">p. {esc(hit.pages)}</span></div>'
         f'<div class="ds-path">{esc(display_path(hit.path, source))} · '
         f'<a href="{link}" target="_blank" rel="noopener">open original</a></div>{heading}'
-        f'<div class="ds-snippet">{marked_html(plain, hit.snippet_marks)}</div>'
+        f'<div class="ds-snippet">{marked_html(hit.snippet.text, hit.snippet.marks)}</div>'
         f'<div class="ds-score">{esc(score_line(hit))}</div></li>'
     )
 
@@ -231,20 +224,6 @@ class UIProgress:
     def planned_chunks(self, chunks: int) -> None: ...
 
 
-def latest(store: Any) -> bool:
-    """Move an open collection to its newest version (a CLI run may have written since);
-    False if it cannot be (dropped, or replaced), so the caller opens it afresh."""
-    from docsearch.indexer.store import META_KEY, CollectionMeta
-
-    try:
-        store.chunks.checkout_latest()
-        store.files_table.checkout_latest()
-        meta = CollectionMeta.from_json(store.chunks.schema.metadata[META_KEY])
-    except Exception:  # noqa: BLE001 - any failure means: reopen, which reports clearly
-        return False
-    return bool(meta == store.meta)  # a dropped and rebuilt collection is another one
-
-
 @dataclass
 class UIContext:
     """The database, the allowed indexing root and cached per-collection objects."""
@@ -253,7 +232,7 @@ class UIContext:
     settings: Settings
     collection: str | None = None
     root: Path | None = None
-    _retrievers: dict[str, Any] = field(default_factory=dict)
+    _retrievers: dict[str, Retriever] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _searches: int = 0
 
@@ -263,21 +242,20 @@ class UIContext:
         return list_collections(self.db)
 
     def default_collection(self) -> str | None:
-        from docsearch.config import resolve_collection
+        from docsearch.indexer.store import resolve_collection
 
         names = self.collections()
         if self.collection in names or not names:
             return self.collection if names else None
         return resolve_collection(self.db, None)
 
-    def retriever(self, name: str | None) -> Any:
-        from docsearch.retriever import Retriever
-
+    def retriever(self, name: str | None) -> Retriever:
         if not name:
             raise UsageError("no collection yet: index a folder first (Index tab)")
         with self._lock:
             cached = self._retrievers.get(name)
-            if cached is not None and latest(cached.store):
+            # Reads see other writers' commits; a dropped or rebuilt collection is reopened.
+            if cached is not None and cached.store.is_current():
                 return cached
             self._retrievers[name] = Retriever(name, db=self.db, settings=self.settings)
             return self._retrievers[name]
@@ -320,37 +298,32 @@ class UIContext:
         """The hit's document at `page` (default: the page where its passage is)."""
         verified = self.guard(item["collection"]).open(item["path"])
         if verified.suffix == ".pdf":
-            return self._pdf_preview(verified.data, item, page)
-        return self._text_preview(verified.path, verified.data, item)
+            return self._pdf_preview(verified, item, page)
+        return self._text_preview(verified, item)
 
-    def _pdf_preview(self, data: bytes, item: dict[str, Any], page: int | None) -> Preview:
+    def _pdf_preview(self, verified: Verified, item: dict[str, Any], page: int | None) -> Preview:
         first, last = item["page_start"], item["page_end"]
+        # A chunk on one page needs no text; across pages, the extracted pages' offsets say
+        # which of them the passage (and its first marked term) is on.
+        doc = _extracted(verified) if first != last else None
         if page is None:
-            page = find_pdf_page(data, first, last, item["anchor"])
-        pages = pdf_page_count(data)
+            page = doc.page_at(item["anchor"]) if doc else first
+        pages = pdf_page_count(verified.data)
         page = min(max(1, page), pages)
-        passages = [item["passage"], item["anchor"]] if first <= page <= last else []
-        body = pdf_page_html(data, page, item["query"], passages)
+        span = (item["passage_start"], item["passage_end"])
+        shown = _on_page(doc, page, span) if doc else item["passage"] if page == first else ""
+        body = pdf_page_html(verified.data, page, item["query"], [shown] if shown else [])
         return Preview(self._head(item, page, pages), body, page, pages, paged=True)
 
-    def _text_preview(self, path: str, data: bytes, item: dict[str, Any]) -> Preview:
-        from docsearch.indexer.extract import extract
-
-        doc = extract(Path(path), data, display_path=path)
+    def _text_preview(self, verified: Verified, item: dict[str, Any]) -> Preview:
+        doc = _extracted(verified)
         text = doc.text
-        start = min(max(0, item["char_start"]), len(text))
-        span = (start, min(max(start, item["char_end"]), len(text)))
-        chunk = text[span[0] : span[1]]
-        found = passage_span(chunk, item["passage"])
-        passage = (span[0] + found[0], span[0] + found[1]) if found else None
-        anchor = passage_span(chunk, item["anchor"])  # the first query term: its page opens
-        if anchor:
-            page = doc.page_at(span[0] + anchor[0])
-        else:
-            page = doc.page_at(passage[0] if passage else span[0])
+        span = _clip(item["char_start"], item["char_end"], len(text))
+        passage = _clip(item["passage_start"], item["passage_end"], len(text))
         starts = [(p.number, p.char_offset) for p in doc.pages]
         body = text_preview_html(text, span, passage, item["query"], starts)
-        return Preview(self._head(item, page, len(doc.pages)), body, page, len(doc.pages), False)
+        page, pages = doc.page_at(item["anchor"]), len(doc.pages)
+        return Preview(self._head(item, page, pages), body, page, pages, paged=False)
 
     @staticmethod
     def _head(item: dict[str, Any], page: int, pages: int) -> str:
@@ -399,6 +372,28 @@ class UIContext:
         return _summary(name, report), _report_rows(prepared.store, path, report)
 
 
+def _extracted(verified: Verified) -> Document:
+    """The document's text as indexing extracted it (the same checked bytes, so the offsets
+    stored with its chunks point into it)."""
+    from docsearch.indexer.extract import extract
+
+    return extract(Path(verified.path), verified.data, display_path=verified.path)
+
+
+def _clip(start: int, end: int, length: int) -> tuple[int, int]:
+    start = min(max(0, start), length)
+    return start, min(max(start, end), length)
+
+
+def _on_page(doc: Document, number: int, span: tuple[int, int]) -> str:
+    """The part of the document's text at `span` that lies on page `number`."""
+    if not 1 <= number <= len(doc.pages):
+        return ""
+    page = doc.pages[number - 1]
+    lo, hi = _clip(span[0] - page.char_offset, span[1] - page.char_offset, len(page.text))
+    return page.text[lo:hi]
+
+
 def _summary(name: str, report: Any) -> str:
     return (
         f"{name}: {report.new} new, {report.changed} changed, {report.renamed} renamed, "
@@ -422,12 +417,12 @@ def _report_rows(store: Any, folder: Path, report: Any) -> list[list[str]]:
     return sorted(rows, key=lambda r: (order.get(r[0], 9), r[1]))
 
 
-def hit_item(hit: Any, collection: str, query: str) -> dict[str, Any]:
-    """What the server keeps per result, so a click sends a rank, never a path."""
-    plain = plain_snippet(hit.snippet, hit.snippet_marks)
-    # The anchor starts at the first marked term: the page to open is where that is.
-    anchor = plain[hit.snippet_marks[0][0] :] if hit.snippet_marks else plain
-    passage = plain.removeprefix("… ").removesuffix(" …")
+def hit_item(hit: Hit, collection: str, query: str) -> dict[str, Any]:
+    """What the server keeps per result, so a click sends a rank, never a path: where the
+    hit's chunk and passage lie in the document (stored offsets), so that a preview shows them
+    without searching the document again."""
+    snippet = hit.snippet
+    in_chunk = (snippet.char_start - hit.char_start, snippet.char_end - hit.char_start)
     return {
         "collection": collection,
         "path": hit.path,
@@ -436,8 +431,10 @@ def hit_item(hit: Any, collection: str, query: str) -> dict[str, Any]:
         "page_end": hit.page_end,
         "char_start": hit.char_start,
         "char_end": hit.char_end,
-        "passage": passage,
-        "anchor": anchor.removesuffix(" …"),
+        "passage_start": snippet.char_start,
+        "passage_end": snippet.char_end,
+        "anchor": snippet.anchor,  # the first marked term: its page opens
+        "passage": hit.text[in_chunk[0] : in_chunk[1]],  # to box on a rendered PDF page
         "query": query,
     }
 
@@ -449,11 +446,10 @@ def status_html(ctx: UIContext, name: str | None) -> str:
         if not name:
             return "No collection yet: index a folder (Index tab or `docsearch index PATH`)."
         store = ctx.retriever(name).store
-        records = store.file_records().values()
-        failed = sum(r.status == "failed" for r in records)
+        files = store.file_stats()
         kind = "hybrid search" if store.has_vectors else "lexical search only (no encoder)"
-        note = f", {failed} failed (see the Index tab)" if failed else ""
-        return f"{name}: {len(records) - failed} documents{note}, {store.count_chunks()} chunks, {kind}"
+        note = f", {len(files.failed)} failed (see the Index tab)" if files.failed else ""
+        return f"{name}: {files.indexed} documents{note}, {store.count_chunks()} chunks, {kind}"
 
     text = attempt(describe, lambda msg: f"cannot open {name}: {msg}")
     return f'<div class="ds-status" data-ready="1">{html.escape(text)}</div>'

@@ -25,7 +25,7 @@ from typing import Any
 
 from docsearch.errors import UsageError
 from docsearch.indexer.pipeline import DEFAULT_EXCLUDES, sha256_bytes
-from docsearch.indexer.store import FileRecord, Store, sql_str
+from docsearch.indexer.store import FileRecord, Store
 from docsearch.snippets import identifiers, mark_spans, query_terms
 
 MAX_DOCUMENT_BYTES = 512 * 1024 * 1024  # larger files are not previewed or served
@@ -88,8 +88,7 @@ class DocumentGuard:
 
     def record(self, requested: object) -> FileRecord:
         path = check_spelling(requested)
-        rows = self.store.files_table.search().where(f"path = {sql_str(path)}").limit(1).to_list()
-        record = FileRecord(**rows[0]) if rows else None
+        record = self.store.file_record(path)
         if record is None:
             raise FileRefusedError(f"not a document of collection {self.store.name!r}")
         if record.status != "indexed":
@@ -233,7 +232,8 @@ def file_url(collection: str, path: str, page: int | None = None) -> str:
 
 def passage_span(text: str, passage: str) -> tuple[int, int] | None:
     """Where `passage` occurs in `text`, matching its words in order and ignoring the spacing
-    and punctuation between them (PDF text layers differ in quotes, hyphens and line breaks)."""
+    and punctuation between them: the rendered PDF page's text layer (pdfium) differs from
+    the indexed one (pypdf) in quotes, hyphens and line breaks, so offsets do not carry over."""
     words = re.findall(r"\w+", passage)
     for size in (len(words), 12):  # the whole passage, else its opening words
         if not words[:size]:
@@ -277,19 +277,6 @@ def pdf_page_count(data: bytes) -> int:
     pdf = _open_pdf(data)
     try:
         return len(pdf)
-    finally:
-        pdf.close()
-
-
-def find_pdf_page(data: bytes, first: int, last: int, anchor: str) -> int:
-    """The page in first..last where `anchor` starts (first if it cannot be found)."""
-    pdf = _open_pdf(data)
-    try:
-        for number in range(max(1, first), min(last, len(pdf)) + 1):
-            text = pdf[number - 1].get_textpage().get_text_range()
-            if passage_span(text, anchor) is not None:
-                return number
-        return max(1, first)
     finally:
         pdf.close()
 
