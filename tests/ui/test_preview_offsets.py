@@ -10,7 +10,7 @@ import html
 from pathlib import Path
 
 import pytest
-from docsearch.app.ui_actions import Filters, UIContext, hit_item
+from docsearch.app.web.actions import Filters, UIContext, hit_item
 
 from docsearch.config import Settings
 from docsearch.indexer.extract import extract
