@@ -22,6 +22,11 @@ from pydantic_settings import (
 
 from docsearch.errors import CollectionNotFoundError
 from docsearch.fusion import DEFAULT_FUSION, Fusion
+from docsearch.indexer.extract import (
+    DEFAULT_EXTRACT_SECONDS,
+    DEFAULT_MAX_FILE_MB,
+    DEFAULT_MAX_TEXT_MB,
+)
 
 APP = "docsearch"
 
@@ -68,6 +73,21 @@ class Settings(BaseSettings):
     overlap: int = Field(0, description="tokens repeated between neighbouring chunks")
     token_budget: int = Field(16384, description="padded tokens per encoder batch")
     commit_chunks: int = Field(512, description="chunks written per commit while indexing")
+    # Per-file limits (docsearch.indexer.extract.Limits): a file over one is refused with a reason.
+    max_file_mb: float = Field(
+        DEFAULT_MAX_FILE_MB, gt=0, description="largest file read, and largest DOCX unpacked, in MB"
+    )
+    max_text_mb: float = Field(
+        DEFAULT_MAX_TEXT_MB,
+        gt=0,
+        description="most text indexed from one file, in millions of characters "
+        "(for .txt, .md and .html files: the file size in MB)",
+    )
+    extract_seconds: float = Field(
+        DEFAULT_EXTRACT_SECONDS,
+        ge=0,
+        description="time allowed to extract one file (0: no limit, extract in this process)",
+    )
     # Defaults tuned on train/validation queries (benchmarks/results/fusion.md).
     fusion_method: str = Field(
         DEFAULT_FUSION.method, description="hybrid fusion: maxnorm, minmax or rrf"
