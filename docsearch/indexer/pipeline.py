@@ -26,7 +26,8 @@ import numpy as np
 from docsearch.encoders.base import Encoder
 from docsearch.errors import ExtractionError, UsageError
 from docsearch.indexer.chunk import Chunk, Chunker
-from docsearch.indexer.extract import Document, extract, supported
+from docsearch.indexer.extract import Document, Limits, file_too_big, read_limited, supported
+from docsearch.indexer.extract_process import extract_guarded
 from docsearch.indexer.store import FileRecord, FileUpdate, Store
 
 log = logging.getLogger(__name__)
@@ -328,11 +329,19 @@ def plan(files: Iterable[Path], records: dict[str, FileRecord], root: Path) -> P
     return Plan(todo, touched, unchanged, deleted)
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ExtractionError(f"unreadable: {exc.strerror or exc}") from exc
+def _read(path: Path, st: os.stat_result, limits: Limits) -> bytes:
+    """The file's bytes; refused unread when the walk already measured it over the limit."""
+    if st.st_size > limits.max_file_bytes:
+        raise file_too_big(st.st_size, limits)
+    return read_limited(path, limits)
+
+
+def default_limits() -> Limits:
+    """Per-file limits from the settings (DOCSEARCH_MAX_FILE_MB, _MAX_TEXT_MB, _EXTRACT_SECONDS)."""
+    from docsearch.config import Settings
+
+    settings = Settings()
+    return Limits(settings.max_file_mb, settings.max_text_mb, settings.extract_seconds)
 
 
 def index_folder(
@@ -346,10 +355,15 @@ def index_folder(
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     group_chunks: int = GROUP_CHUNKS,
     progress: ProgressSink | None = None,
+    limits: Limits | None = None,
 ) -> IndexReport:
-    """Bring `store` in line with the files under `root`; see the module docstring."""
-    if not root.exists():
+    """Bring `store` in line with the files under `root`; see the module docstring.
+
+    `limits`: what one file may cost (size, text, time); default: the settings'.
+    """
+    if not os.path.lexists(root):
         raise UsageError(f"no such file or folder: {root}")
+    limits = limits or default_limits()
     started = time.perf_counter()
     records = store.file_records()
     skipped: list[tuple[str, str]] = []
@@ -368,9 +382,9 @@ def index_folder(
     indexer.progress.start(len(work.todo) + len(work.touched))
     deleted_shas = {records[p].sha256 for p in work.deleted}
     for path, st in work.todo:
-        index_one(indexer, path, st, records.get(str(path.absolute())), deleted_shas)
+        index_one(indexer, path, st, records.get(str(path.absolute())), deleted_shas, limits)
     for path, st, old in work.touched:
-        index_one(indexer, path, st, old, deleted_shas)
+        index_one(indexer, path, st, old, deleted_shas, limits)
     indexer.flush()
     if work.deleted:
         store.commit([], deleted=work.deleted)
@@ -391,21 +405,27 @@ def index_one(
     st: os.stat_result,
     old: FileRecord | None,
     deleted_shas: set[str],
+    limits: Limits | None = None,
 ) -> None:
     """Read, fingerprint and classify one file (new, changed, renamed, touched, failed) and hand
-    it to `indexer` (add, touch or fail). The Ray engine runs this in its extraction tasks."""
+    it to `indexer` (add, touch or fail). The Ray engine runs this in its extraction tasks.
+
+    Whatever goes wrong while reading or extracting the file (a parser's exception, a limit
+    passed, a timeout) fails this file only; the parsers' complaints become its warnings."""
+    limits = limits or default_limits()
     key = str(path.absolute())
     record = FileRecord(key, "", st.st_size, st.st_mtime, "indexed", indexed_at=time.time())
     report = indexer.report
     try:
-        data = _read(path)
+        data = _read(path, st, limits)
         record.sha256 = sha256_bytes(data)
         if old is not None and old.status == "indexed" and old.sha256 == record.sha256:
             report.touched += 1  # same bytes: only the mtime moves, chunks stay as they are
             indexer.touch(FileRecord(**{**old.__dict__, "size": st.st_size, "mtime": st.st_mtime}))
             return
-        doc = extract(path, data, display_path=key)
+        doc = extract_guarded(path, data, key, limits)
     except ExtractionError as exc:
+        report.warnings.extend((key, w) for w in exc.warnings)
         if _serving(old):
             kept = FileRecord(**{**old.__dict__, "reason": ""})
             reason = str(exc).split("; still serving")[0]
