@@ -11,10 +11,12 @@ Not here: the command line, progress rendering (a `ProgressSink` receives events
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -88,33 +90,92 @@ def walk(
     exclude: Sequence[str] = (),
     skipped: list[tuple[str, str]] | None = None,
 ) -> list[Path]:
-    """Supported files under `root` (or `root` itself), filtered by include/exclude globs.
+    """Supported regular files under `root` (or `root` itself), filtered by include/exclude globs.
 
-    A symlink whose target lies outside `root` is left out (and added to `skipped` with the
-    reason): indexing a folder must not pull in text from elsewhere on the machine.
+    Whatever would have been indexed but cannot be is added to `skipped` with the reason: a
+    symlink leading out of `root` (indexing a folder must not pull in text from elsewhere on the
+    machine), a broken symlink or a symlink loop, a FIFO, socket or device (never opened: a FIFO
+    would block the run), a symlinked folder (not followed), a folder that cannot be listed.
     """
-    if root.is_file():
-        return [root] if supported(root) else []
+    skips: list[tuple[str, str]] = skipped if skipped is not None else []
+    if not root.is_dir():
+        why = _not_indexable(root, root.resolve().parent)
+        if why:
+            skips.append((str(root.absolute()), why))
+        return [root] if supported(root) and not why else []
     excludes = [*DEFAULT_EXCLUDES, *exclude]
     real_root = root.resolve()
+
+    def unlistable(exc: OSError) -> None:
+        skips.append((str(Path(exc.filename or root).absolute()), _unlistable(exc)))
+
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
         dirnames[:] = sorted(d for d in dirnames if not _matches(rel_dir + d, excludes))
+        for name in [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            skips.append(
+                (str((Path(dirpath) / name).absolute()), "symlink to a folder (not followed)")
+            )
         for name in sorted(filenames):
             rel = rel_dir + name
             if _matches(rel, excludes) or (include and not _matches(rel, include)):
                 continue
             path = Path(dirpath) / name
-            if not (supported(path) and path.is_file()):
+            if not supported(path):
                 continue
-            if path.is_symlink() and not path.resolve().is_relative_to(real_root):
-                if skipped is not None:
-                    skipped.append((str(path.absolute()), "symlink to a file outside the folder"))
-                continue
-            found.append(path)
+            why = _not_indexable(path, real_root)
+            if why:
+                skips.append((str(path.absolute()), why))
+            else:
+                found.append(path)
     return found
+
+
+def _unlistable(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "folder not readable (permission denied)"
+    return f"folder not readable ({exc.strerror or exc})"
+
+
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+
+
+def _not_indexable(path: Path, real_root: Path) -> str:
+    """Why `path` cannot be indexed, or '' when it is a regular file (or a symlink to one inside
+    `real_root`). Only stat calls: nothing is opened."""
+    try:
+        link = path.lstat()
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISLNK(link.st_mode):
+        try:
+            target = path.stat()
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "symlink loop"
+            if exc.errno == errno.ENOENT:
+                return f"broken symlink (its target {os.readlink(path)} does not exist)"
+            return f"symlink that cannot be followed ({exc.strerror or exc})"
+        if not path.resolve().is_relative_to(real_root):
+            return "symlink to a file outside the folder"
+        if not stat.S_ISREG(target.st_mode):
+            return f"symlink to {_kind(target.st_mode)}, not a regular file (not read)"
+        return ""
+    if not stat.S_ISREG(link.st_mode):
+        return f"{_kind(link.st_mode)}, not a regular file (not read)"
+    return ""
 
 
 def sha256_bytes(data: bytes) -> str:
