@@ -90,18 +90,23 @@ class Limits:
         return int(self.max_text_mb * MB)
 
 
+def _shown(size: int, unit: str) -> str:
+    if size < MB // 10:
+        return f"{size:,} {unit}"
+    return f"{size / MB:,.1f} MB" if unit == "bytes" else f"{size / MB:,.1f} million {unit}"
+
+
 def file_too_big(size: int, limits: Limits, what: str = "the file") -> ExtractionError:
     """The refusal of a file over `max_file_mb`, saying how to raise the limit."""
-    shown = f"{size / MB:,.1f} MB" if size >= MB // 10 else f"{size:,} bytes"
     return ExtractionError(
-        f"{what} is {shown}, over the {limits.max_file_mb:g} MB limit; "
+        f"{what} is {_shown(size, 'bytes')}, over the {limits.max_file_mb:g} MB limit; "
         "set DOCSEARCH_MAX_FILE_MB higher to index it"
     )
 
 
 def text_too_big(size: int, limits: Limits, what: str, unit: str = "characters") -> ExtractionError:
     """The refusal of a text over `max_text_mb` (`unit`: what `size` counts)."""
-    shown = f"{size / MB:,.1f} million {unit}" if size >= MB // 10 else f"{size:,} {unit}"
+    shown = _shown(size, unit)
     return ExtractionError(
         f"{what} is {shown}, over the {limits.max_text_mb:g} MB text limit; "
         "set DOCSEARCH_MAX_TEXT_MB higher to index it"
@@ -166,14 +171,7 @@ def _title_from_text(text: str, fallback: str) -> str:
     return fallback
 
 
-def _check_text_file_size(data: bytes, limits: Limits) -> None:
-    """A text or HTML file is (a markup of) its text: its size is held to the text limit."""
-    if len(data) > limits.max_text_chars:
-        raise text_too_big(len(data), limits, "the file", unit="bytes")
-
-
 def extract_text(path: Path, data: bytes, limits: Limits) -> Document:
-    _check_text_file_size(data, limits)
     warnings: list[str] = []
     text = decode_text(data, warnings)
     # Form feeds are page breaks in text exports of paginated documents.
@@ -340,7 +338,6 @@ def _html_blocks(soup) -> list[str]:  # type: ignore[no-untyped-def]
 def extract_html(path: Path, data: bytes, limits: Limits) -> Document:
     from bs4 import BeautifulSoup
 
-    _check_text_file_size(data, limits)  # the parse tree takes about 50 bytes per byte of HTML
     warnings: list[str] = []
     soup = BeautifulSoup(decode_text(data, warnings), "html.parser")
     text = "\n\n".join(_html_blocks(soup))
@@ -433,6 +430,16 @@ def supported(path: Path) -> bool:
     return path.suffix.lower() in EXTRACTORS
 
 
+def check_size(path: Path, size: int, limits: Limits) -> None:
+    """Refuse a file whose size alone passes a limit. A text or HTML file is its text (HTML's
+    parse tree takes about 50 bytes per byte), so its size is held to the text limit too."""
+    is_text = EXTRACTORS.get(path.suffix.lower()) in (extract_text, extract_html)
+    if is_text and size > limits.max_text_chars:
+        raise text_too_big(size, limits, "the file", unit="bytes")
+    if size > limits.max_file_bytes:
+        raise file_too_big(size, limits)
+
+
 def describe(exc: BaseException, limit: int = 300) -> str:
     """An exception as one short line: its type and its message, cut at `limit` characters."""
     message = " ".join(str(exc).split())
@@ -460,6 +467,7 @@ def extract(
         raise ExtractionError(f"unsupported file type {path.suffix or '(none)'!r}")
     if data is None:
         data = read_limited(path, limits)
+    check_size(path, len(data), limits)
     try:
         doc = extractor(path, data, limits)
     except (ExtractionError, MemoryError):
@@ -476,7 +484,7 @@ def extract(
 
 
 def read_limited(path: Path, limits: Limits) -> bytes:
-    """The bytes of a regular file; one over the size limit is refused without being read.
+    """The bytes of a regular file; one over a size limit is refused without being read.
 
     Checked just before opening, so that a FIFO or device put in the file's place since the
     folder was walked is refused instead of waited on.
@@ -487,11 +495,9 @@ def read_limited(path: Path, limits: Limits) -> bytes:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):
             raise ExtractionError("not a regular file (a FIFO, device, socket or folder)")
-        if st.st_size > limits.max_file_bytes:
-            raise file_too_big(st.st_size, limits)
+        check_size(path, st.st_size, limits)
         data = path.read_bytes()
     except OSError as exc:
         raise ExtractionError(f"unreadable: {exc.strerror or exc}") from exc
-    if len(data) > limits.max_file_bytes:  # grew since it was measured
-        raise file_too_big(len(data), limits)
+    check_size(path, len(data), limits)  # it may have grown since it was measured
     return data

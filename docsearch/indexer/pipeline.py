@@ -28,7 +28,7 @@ import numpy as np
 from docsearch.encoders.base import Encoder
 from docsearch.errors import ExtractionError, UsageError
 from docsearch.indexer.chunk import Chunk, Chunker
-from docsearch.indexer.extract import Document, Limits, file_too_big, read_limited, supported
+from docsearch.indexer.extract import Document, Limits, read_limited, supported
 from docsearch.indexer.extract_process import extract_guarded
 from docsearch.indexer.store import FileRecord, FileUpdate, Store
 
@@ -390,13 +390,6 @@ def plan(files: Iterable[Path], records: dict[str, FileRecord], root: Path) -> P
     return Plan(todo, touched, unchanged, deleted)
 
 
-def _read(path: Path, st: os.stat_result, limits: Limits) -> bytes:
-    """The file's bytes; refused unread when the walk already measured it over the limit."""
-    if st.st_size > limits.max_file_bytes:
-        raise file_too_big(st.st_size, limits)
-    return read_limited(path, limits)
-
-
 def default_limits() -> Limits:
     """Per-file limits from the settings (DOCSEARCH_MAX_FILE_MB, _MAX_TEXT_MB, _EXTRACT_SECONDS)."""
     from docsearch.config import Settings
@@ -478,7 +471,7 @@ def index_one(
     record = FileRecord(key, "", st.st_size, st.st_mtime, "indexed", indexed_at=time.time())
     report = indexer.report
     try:
-        data = _read(path, st, limits)
+        data = read_limited(path, limits)  # refused unread when over a size limit
         record.sha256 = sha256_bytes(data)
         if old is not None and old.status == "indexed" and old.sha256 == record.sha256:
             report.touched += 1  # same bytes: only the mtime moves, chunks stay as they are
