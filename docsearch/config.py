@@ -21,7 +21,14 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from docsearch.defaults import DEFAULT_ENCODER, DEFAULT_TOKEN_BUDGET, GROUP_CHUNKS
+from docsearch.defaults import (
+    DEFAULT_ENCODER,
+    DEFAULT_EXTRACT_SECONDS,
+    DEFAULT_MAX_FILE_MB,
+    DEFAULT_MAX_TEXT_MB,
+    DEFAULT_TOKEN_BUDGET,
+    GROUP_CHUNKS,
+)
 from docsearch.fusion import DEFAULT_FUSION, Fusion
 
 APP = "docsearch"
@@ -69,6 +76,21 @@ class Settings(BaseSettings):
     overlap: int = Field(0, description="tokens repeated between neighbouring chunks")
     token_budget: int = Field(DEFAULT_TOKEN_BUDGET, description="padded tokens per encoder batch")
     commit_chunks: int = Field(GROUP_CHUNKS, description="chunks written per commit while indexing")
+    # Per-file limits (docsearch.indexer.extract.Limits): a file over one is refused with a reason.
+    max_file_mb: float = Field(
+        DEFAULT_MAX_FILE_MB, gt=0, description="largest file read, and largest DOCX unpacked, in MB"
+    )
+    max_text_mb: float = Field(
+        DEFAULT_MAX_TEXT_MB,
+        gt=0,
+        description="most text indexed from one file, in millions of characters "
+        "(for .txt, .md and .html files: the file size in MB)",
+    )
+    extract_seconds: float = Field(
+        DEFAULT_EXTRACT_SECONDS,
+        ge=0,
+        description="time allowed to extract one file (0: no limit, extract in this process)",
+    )
     # Defaults tuned on train/validation queries (benchmarks/results/fusion.md).
     fusion_method: str = Field(
         DEFAULT_FUSION.method, description="hybrid fusion: maxnorm, minmax or rrf"

@@ -6,6 +6,8 @@ Library code never prints.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class DocsearchError(Exception):
     """Base class. The message is a full sentence that says what to do."""
@@ -39,7 +41,14 @@ class CollectionNotFoundError(UsageError):
 
 
 class ExtractionError(DocsearchError):
-    """A file could not be turned into text; the message is the reason recorded for it."""
+    """A file could not be turned into text; the message is the reason recorded for it.
+
+    `warnings`: what the parsers complained about meanwhile (reported beside the reason).
+    """
+
+    def __init__(self, message: str, warnings: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.warnings = list(warnings)
 
 
 class DataFormatError(UsageError):

@@ -3,8 +3,11 @@
 Supported: PDF (pypdf text layer), `.txt`, `.md`, `.html`/`.htm`, `.docx`. Headings found in
 Markdown, HTML and DOCX are written as Markdown `#` lines so the chunker sees one structure.
 Anything that cannot be read (encrypted, corrupt, empty, binary, not UTF-8, no text layer,
-unreadable) raises `ExtractionError` whose message is the reason recorded in the `files` table.
-Not here: OCR of scanned pages (reported, not guessed), layout or table recovery.
+unreadable, over a size limit, or any exception from a parser) raises `ExtractionError` whose
+message is the reason recorded in the `files` table. `Limits` bounds what one file may bring into
+memory: its bytes, a DOCX's unpacked parts, its extracted text.
+Not here: the time budget and the capture of third-party warnings (`extract_process`, which runs
+this module in a child process), OCR of scanned pages (reported, not guessed), layout or tables.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from docsearch.defaults import DEFAULT_EXTRACT_SECONDS, DEFAULT_MAX_FILE_MB, DEFAULT_MAX_TEXT_MB
 from docsearch.errors import ExtractionError
 
 log = logging.getLogger(__name__)
 
 PAGE_SEPARATOR = "\n\n"
+MB = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -58,18 +63,71 @@ def build_document(path: str, title: str, page_texts: list[str]) -> Document:
     return Document(path, title, pages)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one file may cost; the defaults are the settings' (`docsearch.config`).
+
+    `max_file_mb`: bytes read from disk, and bytes a DOCX unpacks to (python-docx holds every
+    part in memory). `max_text_mb`: millions of characters of extracted text (for plain-text and
+    HTML files, the file's size), because a file's chunks and vectors are held in memory until
+    it is written: measured, about 18 bytes per character lexical-only and 130 with MiniLM on
+    top of the model (16 MB of text: 0.5 GB and about 3 GB). `seconds`: wall-clock time to
+    extract one file, enforced by `extract_process` (0: no time limit, in this process).
+    """
+
+    max_file_mb: float = DEFAULT_MAX_FILE_MB
+    max_text_mb: float = DEFAULT_MAX_TEXT_MB
+    seconds: float = DEFAULT_EXTRACT_SECONDS
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * MB)
+
+    @property
+    def max_text_chars(self) -> int:
+        return int(self.max_text_mb * MB)
+
+
+def _shown(size: int, unit: str) -> str:
+    if size < MB // 10:
+        return f"{size:,} {unit}"
+    return f"{size / MB:,.1f} MB" if unit == "bytes" else f"{size / MB:,.1f} million {unit}"
+
+
+def file_too_big(size: int, limits: Limits, what: str = "the file") -> ExtractionError:
+    """The refusal of a file over `max_file_mb`, saying how to raise the limit."""
+    return ExtractionError(
+        f"{what} is {_shown(size, 'bytes')}, over the {limits.max_file_mb:g} MB limit; "
+        "set DOCSEARCH_MAX_FILE_MB higher to index it"
+    )
+
+
+def text_too_big(size: int, limits: Limits, what: str, unit: str = "characters") -> ExtractionError:
+    """The refusal of a text over `max_text_mb` (`unit`: what `size` counts)."""
+    shown = _shown(size, unit)
+    return ExtractionError(
+        f"{what} is {shown}, over the {limits.max_text_mb:g} MB text limit; "
+        "set DOCSEARCH_MAX_TEXT_MB higher to index it"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Plain text
 
 
-def decode_text(data: bytes) -> str:
-    """UTF-8 (with or without BOM) or BOM-marked UTF-16; anything else is refused, not guessed."""
+def decode_text(data: bytes, warnings: list[str] | None = None) -> str:
+    """UTF-8 (with or without BOM) or BOM-marked UTF-16; anything else is refused, not guessed.
+
+    The whole file is judged, not its start: more than 5% control bytes (NUL included) is
+    binary content and refused; fewer NULs are stray bytes in a text file, removed with a
+    warning (added to `warnings`) so that the rest of the file is still found.
+    """
     if not data.strip():
         raise ExtractionError("empty file")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16")
-    if b"\x00" in data[:8192]:
-        raise ExtractionError("binary content (NUL bytes) in a text file")
+        return _drop_nuls(data.decode("utf-16"), warnings)
+    if _control_bytes(data) > 0.05 * len(data):
+        raise ExtractionError("binary content (NUL or control bytes) in a text file")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -77,15 +135,30 @@ def decode_text(data: bytes) -> str:
             f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
             "convert the file to UTF-8"
         ) from exc
-    if _control_share(text) > 0.05:
-        raise ExtractionError("binary content (control characters) in a text file")
+    text = _drop_nuls(text, warnings)
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _control_share(text: str) -> float:
-    sample = text[:8192]
-    bad = sum(1 for ch in sample if ord(ch) < 32 and ch not in "\n\r\t\f")
-    return bad / max(1, len(sample))
+# Bytes below 0x20 other than tab, newline, form feed and carriage return. In UTF-8 they never
+# occur inside a multi-byte character, so counting bytes counts characters.
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\f\r")
+_NOT_CONTROL = bytes(b for b in range(256) if b not in _CONTROL_BYTES)
+
+
+def _control_bytes(data: bytes) -> int:
+    return len(data.translate(None, _NOT_CONTROL))  # C speed, whole file
+
+
+def _drop_nuls(text: str, warnings: list[str] | None) -> str:
+    nuls = text.count("\x00")
+    if not nuls:
+        return text
+    if warnings is not None:
+        warnings.append(f"removed {nuls} NUL byte{'s' * (nuls != 1)} from the text")
+    text = text.replace("\x00", "")
+    if not text.strip():
+        raise ExtractionError("binary content (only NUL bytes) in a text file")
+    return text
 
 
 def _title_from_text(text: str, fallback: str) -> str:
@@ -96,11 +169,14 @@ def _title_from_text(text: str, fallback: str) -> str:
     return fallback
 
 
-def extract_text(path: Path, data: bytes) -> Document:
-    text = decode_text(data)
+def extract_text(path: Path, data: bytes, limits: Limits) -> Document:
+    warnings: list[str] = []
+    text = decode_text(data, warnings)
     # Form feeds are page breaks in text exports of paginated documents.
     pages = text.split("\f") if "\f" in text else [text]
-    return build_document(str(path), _title_from_text(text, path.stem), pages)
+    doc = build_document(str(path), _title_from_text(text, path.stem), pages)
+    doc.warnings.extend(warnings)
+    return doc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +196,7 @@ def _pdf_reader(path: Path, data: bytes):  # type: ignore[no-untyped-def]
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
     except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
-        raise ExtractionError(f"corrupt PDF: {exc}") from exc
+        raise ExtractionError(f"corrupt PDF: {describe(exc)}") from exc
     if reader.is_encrypted:
         try:  # many "encrypted" PDFs only restrict printing and open with an empty password
             ok = reader.decrypt("")
@@ -145,12 +221,26 @@ def _page_text(page) -> str:  # type: ignore[no-untyped-def]
     return re.sub(r"[ \t]+\n", "\n", text).strip()
 
 
-def extract_pdf(path: Path, data: bytes) -> Document:
-    reader = _pdf_reader(path, data)
+def _pdf_page_texts(reader, limits: Limits) -> list[str]:  # type: ignore[no-untyped-def]
+    """Each page's text, stopping as soon as the text passes the limit (a small PDF can hold
+    millions of characters in compressed content streams)."""
+    texts, total = [], 0
     try:
-        page_texts = [_page_text(page) for page in reader.pages]
+        for page in reader.pages:
+            texts.append(_page_text(page))
+            total += len(texts[-1])
+            if total > limits.max_text_chars:
+                raise text_too_big(total, limits, f"the text of pages 1-{len(texts)}")
+    except ExtractionError:
+        raise
     except Exception as exc:  # noqa: BLE001 - pypdf raises many types on broken streams
-        raise ExtractionError(f"corrupt PDF: {exc}") from exc
+        raise ExtractionError(f"corrupt PDF: {describe(exc)}") from exc
+    return texts
+
+
+def extract_pdf(path: Path, data: bytes, limits: Limits) -> Document:
+    reader = _pdf_reader(path, data)
+    page_texts = _pdf_page_texts(reader, limits)
     if not page_texts:
         raise ExtractionError("PDF has no pages")
     blank = [i + 1 for i, t in enumerate(page_texts) if not t.strip()]
@@ -183,32 +273,79 @@ def _ranges(numbers: list[int]) -> str:
 # HTML and DOCX, both rendered to Markdown-ish text with '#' headings
 
 
-_BLOCK_TAGS = ["h1", "h2", "h3", "h4", "h5", "h6", "p", "li", "pre", "td", "th", "dt", "dd"]
+_HEADING_LEVELS = {f"h{n}": n for n in range(1, 7)}
+# Elements that start and end a block of text. Text directly inside one (even around nested
+# blocks, as in <li>Item<ul><li>Sub</li></ul></li>) is a block of its own.
+_BLOCK_TAGS = frozenset(
+    [*_HEADING_LEVELS, "p", "li", "pre", "td", "th", "dt", "dd", "div", "section", "article",
+     "main", "header", "footer", "aside", "nav", "blockquote", "ul", "ol", "dl", "table", "tr",
+     "caption", "figure", "figcaption", "address", "details", "summary", "form", "fieldset",
+     "legend", "hr", "body", "html"]
+)  # fmt: skip
+_INVISIBLE_TAGS = frozenset(["head", "script", "style", "noscript", "template"])
 
 
-def extract_html(path: Path, data: bytes) -> Document:
+class _BlockWriter:
+    """Collects text strings and cuts them into blocks; a heading's block gets '#' marks."""
+
+    def __init__(self) -> None:
+        self.blocks: list[str] = []
+        self._strings: list[str] = []
+
+    def add(self, text: str) -> None:
+        self._strings.append(text)
+
+    def cut(self, heading_level: int) -> None:
+        text = " ".join(" ".join(self._strings).split())
+        self._strings = []
+        if text:
+            self.blocks.append(f"{'#' * heading_level} {text}" if heading_level else text)
+
+
+def _html_blocks(soup) -> list[str]:  # type: ignore[no-untyped-def]
+    """The visible text of `soup` in blocks, in one pass over the tree.
+
+    Iterative and linear in the size of the tree: a deeply nested file (100k levels of <li>)
+    neither recurses nor searches each element's subtree again.
+    """
+    from bs4 import CData, NavigableString, Tag
+
+    out = _BlockWriter()
+    stack = [(soup, iter(soup.contents), 0)]  # (element, its remaining children, heading level)
+    while stack:
+        element, children, level = stack[-1]
+        child = next(children, None)
+        if child is None:  # the element ends
+            stack.pop()
+            if element is not soup and element.name in _BLOCK_TAGS:
+                out.cut(level)
+            continue
+        if isinstance(child, Tag):
+            if child.name in _INVISIBLE_TAGS:
+                continue
+            if child.name in _BLOCK_TAGS:
+                out.cut(level)  # what came before belongs to the enclosing block
+                level = _HEADING_LEVELS.get(child.name, 0)
+            stack.append((child, iter(child.contents), level))
+        elif type(child) in (NavigableString, CData):  # not comments, doctypes, scripts
+            out.add(child)
+    out.cut(0)
+    return out.blocks
+
+
+def extract_html(path: Path, data: bytes, limits: Limits) -> Document:
     from bs4 import BeautifulSoup
 
-    soup = BeautifulSoup(decode_text(data), "html.parser")
-    for tag in soup(["script", "style", "noscript", "template"]):
-        tag.decompose()
-    blocks = []
-    for el in soup.find_all(_BLOCK_TAGS):
-        if el.find(_BLOCK_TAGS):  # a container of other blocks; its children speak for it
-            continue
-        text = " ".join(el.get_text(" ").split())
-        if not text:
-            continue
-        level = int(el.name[1]) if el.name in _BLOCK_TAGS[:6] else 0
-        blocks.append(("#" * level + " " + text) if level else text)
-    if not blocks:  # no block markup at all: keep the visible text
-        blocks = [" ".join(soup.get_text(" ").split())]
-    text = "\n\n".join(b for b in blocks if b)
+    warnings: list[str] = []
+    soup = BeautifulSoup(decode_text(data, warnings), "html.parser")
+    text = "\n\n".join(_html_blocks(soup))
     if not text.strip():
         raise ExtractionError("HTML without visible text")
     title_tag = soup.find("title")
-    title = title_tag.get_text().strip() if title_tag else ""
-    return build_document(str(path), title or _title_from_text(text, path.stem), [text])
+    title = " ".join(title_tag.get_text().split()) if title_tag else ""
+    doc = build_document(str(path), title or _title_from_text(text, path.stem), [text])
+    doc.warnings.extend(warnings)
+    return doc
 
 
 def _docx_heading_level(style_name: str) -> int:
@@ -218,18 +355,36 @@ def _docx_heading_level(style_name: str) -> int:
     return 1 if style_name == "Title" else 0
 
 
-def extract_docx(path: Path, data: bytes) -> Document:
+def _check_unpacked_size(data: bytes, limits: Limits) -> None:
+    """Refuse a DOCX whose parts unpack to more than the limit, before anything is inflated.
+
+    The sizes come from the zip's directory; Python's zipfile never inflates a part beyond its
+    declared size (a part that lies fails its CRC check), so the sum bounds the memory used.
+    """
     import io
     import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError) as exc:
+        raise ExtractionError(f"corrupt DOCX: {describe(exc)}") from exc
+    if unpacked > limits.max_file_bytes:
+        raise file_too_big(unpacked, limits, "its unpacked content")
+
+
+def extract_docx(path: Path, data: bytes, limits: Limits) -> Document:
+    import io
 
     import docx
 
     if not data:
         raise ExtractionError("empty file")
+    _check_unpacked_size(data, limits)
     try:
         document = docx.Document(io.BytesIO(data))
-    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
-        raise ExtractionError(f"corrupt DOCX: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - bad XML, missing parts, wrong content types...
+        raise ExtractionError(f"corrupt DOCX: {describe(exc)}") from exc
     blocks = []
     for para in document.paragraphs:
         text = para.text.strip()
@@ -250,7 +405,7 @@ def extract_docx(path: Path, data: bytes) -> Document:
 
 # ---------------------------------------------------------------------------------------------
 
-EXTRACTORS: dict[str, Callable[[Path, bytes], Document]] = {
+EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
     ".pdf": extract_pdf,
     ".txt": extract_text,
     ".text": extract_text,
@@ -261,22 +416,86 @@ EXTRACTORS: dict[str, Callable[[Path, bytes], Document]] = {
     ".htm": extract_html,
     ".docx": extract_docx,
 }
+FORMAT_NAMES: dict[Callable[[Path, bytes, Limits], Document], str] = {
+    extract_pdf: "PDF",
+    extract_text: "text",
+    extract_html: "HTML",
+    extract_docx: "DOCX",
+}
 
 
 def supported(path: Path) -> bool:
     return path.suffix.lower() in EXTRACTORS
 
 
-def extract(path: Path, data: bytes | None = None, *, display_path: str | None = None) -> Document:
-    """Read `path` (or the bytes already read from it) into a Document; ExtractionError if unusable."""
+def check_size(path: Path, size: int, limits: Limits) -> None:
+    """Refuse a file whose size alone passes a limit. A text or HTML file is its text (HTML's
+    parse tree takes about 50 bytes per byte), so its size is held to the text limit too."""
+    is_text = EXTRACTORS.get(path.suffix.lower()) in (extract_text, extract_html)
+    if is_text and size > limits.max_text_chars:
+        raise text_too_big(size, limits, "the file", unit="bytes")
+    if size > limits.max_file_bytes:
+        raise file_too_big(size, limits)
+
+
+def describe(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one short line: its type and its message, cut at `limit` characters."""
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def extract(
+    path: Path,
+    data: bytes | None = None,
+    *,
+    display_path: str | None = None,
+    limits: Limits | None = None,
+) -> Document:
+    """Read `path` (or the bytes already read from it) into a Document; ExtractionError if unusable.
+
+    Any exception a parser raises on this file becomes an ExtractionError naming it, so one bad
+    file cannot stop a run. MemoryError is left alone: in this process it says the machine is
+    short of memory, not that the file is bad (`extract_process` turns it into the file's
+    failure, where the child's memory is the file's alone).
+    """
+    limits = limits or Limits()
     extractor = EXTRACTORS.get(path.suffix.lower())
     if extractor is None:
         raise ExtractionError(f"unsupported file type {path.suffix or '(none)'!r}")
     if data is None:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ExtractionError(f"unreadable: {exc.strerror or exc}") from exc
-    doc = extractor(path, data)
+        data = read_limited(path, limits)
+    check_size(path, len(data), limits)
+    try:
+        doc = extractor(path, data, limits)
+    except (ExtractionError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        raise ExtractionError(
+            f"cannot read this {FORMAT_NAMES[extractor]} file ({describe(exc)})"
+        ) from exc
+    chars = sum(len(page.text) for page in doc.pages)
+    if chars > limits.max_text_chars:
+        raise text_too_big(chars, limits, "its text")
     doc.path = display_path or doc.path
     return doc
+
+
+def read_limited(path: Path, limits: Limits) -> bytes:
+    """The bytes of a regular file; one over a size limit is refused without being read.
+
+    Checked just before opening, so that a FIFO or device put in the file's place since the
+    folder was walked is refused instead of waited on.
+    """
+    import stat
+
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise ExtractionError("not a regular file (a FIFO, device, socket or folder)")
+        check_size(path, st.st_size, limits)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ExtractionError(f"unreadable: {exc.strerror or exc}") from exc
+    check_size(path, len(data), limits)  # it may have grown since it was measured
+    return data

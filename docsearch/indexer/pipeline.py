@@ -14,10 +14,12 @@ Not here: the command line, progress rendering (a `ProgressSink` receives events
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +33,8 @@ from docsearch.encoders.base import Encoder
 from docsearch.encoders.batching import token_batches
 from docsearch.errors import ExtractionError, UsageError
 from docsearch.indexer.chunk import Chunk, Chunker
-from docsearch.indexer.extract import Document, extract, supported
+from docsearch.indexer.extract import Document, Limits, read_limited, supported
+from docsearch.indexer.extract_process import extract_guarded
 from docsearch.indexer.store import FileRecord, FileUpdate, Store
 
 log = logging.getLogger(__name__)
@@ -96,33 +99,92 @@ def walk(
     exclude: Sequence[str] = (),
     skipped: list[tuple[str, str]] | None = None,
 ) -> list[Path]:
-    """Supported files under `root` (or `root` itself), filtered by include/exclude globs.
+    """Supported regular files under `root` (or `root` itself), filtered by include/exclude globs.
 
-    A symlink whose target lies outside `root` is left out (and added to `skipped` with the
-    reason): indexing a folder must not pull in text from elsewhere on the machine.
+    Whatever would have been indexed but cannot be is added to `skipped` with the reason: a
+    symlink leading out of `root` (indexing a folder must not pull in text from elsewhere on the
+    machine), a broken symlink or a symlink loop, a FIFO, socket or device (never opened: a FIFO
+    would block the run), a symlinked folder (not followed), a folder that cannot be listed.
     """
-    if root.is_file():
-        return [root] if supported(root) else []
+    skips: list[tuple[str, str]] = skipped if skipped is not None else []
+    if not root.is_dir():
+        why = _not_indexable(root, root.resolve().parent)
+        if why:
+            skips.append((str(root.absolute()), why))
+        return [root] if supported(root) and not why else []
     excludes = [*DEFAULT_EXCLUDES, *exclude]
     real_root = root.resolve()
+
+    def unlistable(exc: OSError) -> None:
+        skips.append((str(Path(exc.filename or root).absolute()), _unlistable(exc)))
+
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
         rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
         dirnames[:] = sorted(d for d in dirnames if not _matches(rel_dir + d, excludes))
+        for name in [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            skips.append(
+                (str((Path(dirpath) / name).absolute()), "symlink to a folder (not followed)")
+            )
         for name in sorted(filenames):
             rel = rel_dir + name
             if _matches(rel, excludes) or (include and not _matches(rel, include)):
                 continue
             path = Path(dirpath) / name
-            if not (supported(path) and path.is_file()):
+            if not supported(path):
                 continue
-            if path.is_symlink() and not path.resolve().is_relative_to(real_root):
-                if skipped is not None:
-                    skipped.append((str(path.absolute()), "symlink to a file outside the folder"))
-                continue
-            found.append(path)
+            why = _not_indexable(path, real_root)
+            if why:
+                skips.append((str(path.absolute()), why))
+            else:
+                found.append(path)
     return found
+
+
+def _unlistable(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "folder not readable (permission denied)"
+    return f"folder not readable ({exc.strerror or exc})"
+
+
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+
+
+def _not_indexable(path: Path, real_root: Path) -> str:
+    """Why `path` cannot be indexed, or '' when it is a regular file (or a symlink to one inside
+    `real_root`). Only stat calls: nothing is opened."""
+    try:
+        link = path.lstat()
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISLNK(link.st_mode):
+        try:
+            target = path.stat()
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "symlink loop"
+            if exc.errno == errno.ENOENT:
+                return f"broken symlink (its target {os.readlink(path)} does not exist)"
+            return f"symlink that cannot be followed ({exc.strerror or exc})"
+        if not path.resolve().is_relative_to(real_root):
+            return "symlink to a file outside the folder"
+        if not stat.S_ISREG(target.st_mode):
+            return f"symlink to {_kind(target.st_mode)}, not a regular file (not read)"
+        return ""
+    if not stat.S_ISREG(link.st_mode):
+        return f"{_kind(link.st_mode)}, not a regular file (not read)"
+    return ""
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -391,11 +453,12 @@ def plan(files: Iterable[Path], records: dict[str, FileRecord], root: Path) -> P
     return Plan(todo, touched, unchanged, deleted)
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ExtractionError(f"unreadable: {exc.strerror or exc}") from exc
+def default_limits() -> Limits:
+    """Per-file limits from the settings (DOCSEARCH_MAX_FILE_MB, _MAX_TEXT_MB, _EXTRACT_SECONDS)."""
+    from docsearch.config import Settings
+
+    settings = Settings()
+    return Limits(settings.max_file_mb, settings.max_text_mb, settings.extract_seconds)
 
 
 def index_folder(
@@ -409,10 +472,15 @@ def index_folder(
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     group_chunks: int = GROUP_CHUNKS,
     progress: ProgressSink | None = None,
+    limits: Limits | None = None,
 ) -> IndexReport:
-    """Bring `store` in line with the files under `root`; see the module docstring."""
-    if not root.exists():
+    """Bring `store` in line with the files under `root`; see the module docstring.
+
+    `limits`: what one file may cost (size, text, time); default: the settings'.
+    """
+    if not os.path.lexists(root):
         raise UsageError(f"no such file or folder: {root}")
+    limits = limits or default_limits()
     started = time.perf_counter()
     records = store.file_records()
     store.ensure_search_indexes()  # a first build is searchable before its first commit
@@ -433,9 +501,9 @@ def index_folder(
     indexer.progress.start(len(work.todo) + len(work.touched))
     deleted_shas = {records[p].sha256 for p in work.deleted}
     for path, st in work.todo:
-        index_one(indexer, path, st, records.get(str(path.absolute())), deleted_shas)
+        index_one(indexer, path, st, records.get(str(path.absolute())), deleted_shas, limits)
     for path, st, old in work.touched:
-        index_one(indexer, path, st, old, deleted_shas)
+        index_one(indexer, path, st, old, deleted_shas, limits)
     indexer.flush()
     if work.deleted:
         store.commit([], deleted=work.deleted)
@@ -456,21 +524,27 @@ def index_one(
     st: os.stat_result,
     old: FileRecord | None,
     deleted_shas: set[str],
+    limits: Limits | None = None,
 ) -> None:
     """Read, fingerprint and classify one file (new, changed, renamed, touched, failed) and hand
-    it to `indexer` (add, touch or fail). The Ray engine runs this in its extraction tasks."""
+    it to `indexer` (add, touch or fail). The Ray engine runs this in its extraction tasks.
+
+    Whatever goes wrong while reading or extracting the file (a parser's exception, a limit
+    passed, a timeout) fails this file only; the parsers' complaints become its warnings."""
+    limits = limits or default_limits()
     key = str(path.absolute())
     record = FileRecord(key, "", st.st_size, st.st_mtime, "indexed", indexed_at=time.time())
     report = indexer.report
     try:
-        data = _read(path)
+        data = read_limited(path, limits)  # refused unread when over a size limit
         record.sha256 = sha256_bytes(data)
         if old is not None and old.status == "indexed" and old.sha256 == record.sha256:
             report.touched += 1  # same bytes: only the mtime moves, chunks stay as they are
             indexer.touch(FileRecord(**{**old.__dict__, "size": st.st_size, "mtime": st.st_mtime}))
             return
-        doc = extract(path, data, display_path=key)
+        doc = extract_guarded(path, data, key, limits)
     except ExtractionError as exc:
+        report.warnings.extend((key, w) for w in exc.warnings)
         if _serving(old):
             kept = FileRecord(**{**old.__dict__, "reason": ""})
             reason = str(exc).split("; still serving")[0]

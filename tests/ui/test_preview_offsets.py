@@ -10,8 +10,8 @@ import html
 from pathlib import Path
 
 import pytest
-from docsearch.app.web.actions import Filters, UIContext, hit_item
 
+from docsearch.app.web.actions import Filters, UIContext, hit_item
 from docsearch.config import Settings
 from docsearch.indexer.extract import extract
 from tests.ui.corpus import Corpus, index_corpus, make_pdf

@@ -1,0 +1,287 @@
+"""Extraction under a time budget, in a child process, with third-party messages captured.
+
+One long-lived child per process, started on first use, runs `extract.extract` on each file
+sent to it: about 0.3 s to start (with the parsers' imports), then about 0.1 ms a file on top
+of the extraction itself. A file that takes longer than `Limits.seconds` has its child killed, and the next file gets a
+fresh child; a child that dies (out of memory, a crash in a C parser) fails that file only. Time
+cannot be taken from a parser stuck inside one process, and a parser's memory is given back
+only when its process ends: that is why the parsers run over there.
+
+Warnings and log records emitted while one file is extracted become that file's warnings, so
+they carry its name instead of reaching the terminal without it.
+`Limits.seconds == 0` extracts in this process instead: no time limit, same messages.
+Not here: what the limits are (`extract.Limits`), what is done with a result (`pipeline`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import logging
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from docsearch.errors import ExtractionError
+from docsearch.indexer.extract import Document, Limits, describe, extract
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGES = 3  # per file; a broken PDF can log the same complaint thousands of times
+_HEADER = struct.Struct("<QQ")  # pickled part, raw bytes part
+_TIMED_OUT = object()
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages from third-party code
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(f"{record.name.split('.')[0]}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def captured_messages() -> Iterator[list[str]]:
+    """Warnings, WARNING+ log records and stray prints while the block runs, as short lines.
+
+    Process-wide (the warnings filters and the root logger are global): the child runs one
+    file at a time; in-process extraction accepts that a thread extracting alongside may
+    have its messages counted here too.
+    """
+    messages: list[str] = []
+    handler = _Collect(messages)
+    root = logging.getLogger()
+    printed = io.StringIO()
+    root.addHandler(handler)
+    try:
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            contextlib.redirect_stdout(printed),
+            contextlib.redirect_stderr(printed),
+        ):
+            warnings.simplefilter("always")
+            yield messages
+    finally:
+        root.removeHandler(handler)
+        messages.extend(str(w.message) for w in caught)
+        messages.extend(line for line in printed.getvalue().splitlines() if line.strip())
+        messages[:] = summarise(messages)
+
+
+def summarise(messages: list[str]) -> list[str]:
+    """Distinct messages in order, at most MAX_MESSAGES, then how many more there were."""
+    distinct = list(dict.fromkeys(" ".join(m.split())[:300] for m in messages if m.strip()))
+    if len(distinct) <= MAX_MESSAGES:
+        return distinct
+    return [*distinct[:MAX_MESSAGES], f"and {len(distinct) - MAX_MESSAGES} more warnings"]
+
+
+def extract_capturing(path: Path, data: bytes, display_path: str, limits: Limits) -> Document:
+    """`extract`, with the messages emitted meanwhile added to the document's warnings (or to
+    the error's, for a file that fails)."""
+    try:
+        with captured_messages() as messages:
+            doc = extract(path, data, display_path=display_path, limits=limits)
+    except ExtractionError as exc:
+        exc.warnings.extend(messages)
+        raise
+    doc.warnings.extend(messages)
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# Frames on a pipe: a length header, a pickle, raw bytes (the file is not copied into a pickle)
+
+
+def _send(out: IO[bytes], obj: object, raw: bytes = b"") -> None:
+    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_HEADER.pack(len(blob), len(raw)))
+    out.write(blob)
+    out.write(raw)
+    out.flush()
+
+
+def _receive(inp: IO[bytes]) -> tuple[Any, bytes] | None:
+    """The next frame, or None at end of stream (the other side is gone)."""
+    header = inp.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    size, raw_size = _HEADER.unpack(header)
+    blob, raw = inp.read(size), inp.read(raw_size)
+    if len(blob) < size or len(raw) < raw_size:
+        return None
+    return pickle.loads(blob), raw  # noqa: S301 - frames come from our own process pair
+
+
+# ---------------------------------------------------------------------------------------------
+# The child
+
+
+def _child_reply(request: tuple[str, str, Limits], data: bytes) -> tuple[Any, ...]:
+    path, display_path, limits = request
+    try:
+        return ("ok", extract_capturing(Path(path), data, display_path, limits))
+    except ExtractionError as exc:
+        return ("failed", str(exc), exc.warnings)
+    except MemoryError:  # this process holds one file: its memory ran out, not the parent's
+        return ("failed", "ran out of memory while extracting", [])
+    except Exception as exc:  # noqa: BLE001 - a bug of ours must still fail only this file
+        return ("failed", f"internal error while extracting ({describe(exc)})", [])
+
+
+def child_main() -> None:
+    """Serve extraction requests on stdin/stdout until the parent closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever a C library writes to stdout must not land in the replies
+    requests = sys.stdin.buffer
+    while (frame := _receive(requests)) is not None:
+        _send(replies, _child_reply(*frame))
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent side
+
+
+def _died(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name
+        hint = " (out of memory?)" if -returncode == getattr(signal, "SIGKILL", 9) else ""
+        return f"the extraction process was killed by {name}{hint}"
+    return f"the extraction process exited with status {returncode}"
+
+
+class ExtractionProcess:
+    """A child process that extracts one file at a time; restarted after a timeout or a death.
+
+    Thread-safe: requests from several threads take turns. POSIX: the wait is a select() on
+    the reply pipe.
+    """
+
+    def __init__(self) -> None:
+        self._child: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def extract(self, path: Path, data: bytes, display_path: str, limits: Limits) -> Document:
+        with self._lock:
+            child = self._running()
+            try:
+                reply = self._ask(child, (str(path), display_path, limits), data, limits.seconds)
+            except BaseException:  # Ctrl-C mid-exchange: this child's next reply would be stale
+                self._forget(child)
+                raise
+            if reply is _TIMED_OUT or reply is None:
+                self._forget(child)
+            if reply is _TIMED_OUT:
+                raise ExtractionError(
+                    f"extracting took longer than {limits.seconds:g} s; "
+                    "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
+                )
+            if reply is None:
+                raise ExtractionError(_died(child.returncode))
+        if reply[0] == "ok":
+            return reply[1]
+        raise ExtractionError(reply[1], warnings=reply[2])
+
+    def _forget(self, child: subprocess.Popen[bytes]) -> None:
+        """A child that stopped answering: reap it; the next request starts another."""
+        self._child = None
+        child.kill()
+        child.wait()
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+    @staticmethod
+    def _ask(child: subprocess.Popen[bytes], request: object, data: bytes, seconds: float) -> Any:
+        """The child's reply; None if it died, _TIMED_OUT if none came within `seconds`."""
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            _send(child.stdin, request, data)
+            # A select, not a timer thread: a thread per file cost as much as the rest together.
+            readable, _, _ = select.select([child.stdout], [], [], seconds)
+            if not readable:
+                return _TIMED_OUT
+            frame = _receive(child.stdout)
+        except OSError:  # BrokenPipeError included: the child is gone
+            return None
+        return None if frame is None else frame[0]
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._child is None or self._child.poll() is not None:
+            self._child = _start_child()
+        return self._child
+
+    def close(self) -> None:
+        """Let the child finish and go (it exits when its input closes)."""
+        child, self._child = self._child, None
+        if child is None:
+            return
+        with contextlib.suppress(OSError):
+            assert child.stdin is not None
+            child.stdin.close()
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _start_child() -> subprocess.Popen[bytes]:
+    # The child must import this very docsearch, wherever it was imported from here.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-m", "docsearch.indexer.extract_process"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+
+
+_shared: tuple[int, ExtractionProcess] | None = None  # (pid that started it, the process)
+_shared_lock = threading.Lock()
+_no_child = False  # set once starting a child failed: extract in this process from then on
+
+
+def _shared_process() -> ExtractionProcess:
+    """This process's extraction child (a forked copy of this process starts its own)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid():
+            _shared = (os.getpid(), ExtractionProcess())
+            atexit.register(_shared[1].close)
+        return _shared[1]
+
+
+def extract_guarded(path: Path, data: bytes, display_path: str, limits: Limits) -> Document:
+    """Extract one file within `limits` (time included); ExtractionError on any failure."""
+    global _no_child
+    if limits.seconds > 0 and not _no_child:
+        try:
+            return _shared_process().extract(path, data, display_path, limits)
+        except OSError as exc:  # no interpreter to start (a frozen application, say)
+            log.warning("extracting in this process, without a time limit: %s", exc)
+            _no_child = True
+    return extract_capturing(path, data, display_path, limits)
+
+
+if __name__ == "__main__":
+    child_main()
