@@ -353,7 +353,8 @@ def plain_forward(folders: dict[str, Path], run: Run, peak: float) -> list[dict[
             tflops = flops / seconds / 1e12
             rows.append({"shape": shape, "tokens": length, "batch": batch,
                          "seconds_per_call": round(seconds, 4), "tflops": round(tflops, 1),
-                         "peak_tflops": peak, "share_of_peak": round(tflops / peak, 3)})  # fmt: skip
+                         "peak_tflops": peak,  # rounds to 0 on a busy CPU: no share then
+                         "share_of_peak": round(tflops / peak, 3) if peak else None})  # fmt: skip
         del model
         if run.device.startswith("cuda"):
             torch.cuda.empty_cache()
