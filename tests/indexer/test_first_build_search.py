@@ -9,7 +9,7 @@ import pytest
 
 from docsearch.indexer.collection import Prepared, prepare
 from docsearch.indexer.extract import build_document
-from docsearch.indexer.pipeline import Indexer
+from docsearch.indexer.pipeline import NEW, FileOutcome, Indexer
 from docsearch.indexer.store import FileRecord
 from docsearch.retriever import Retriever
 
@@ -28,8 +28,8 @@ def prepared(db: str) -> Prepared:
 def add(indexer: Indexer, name: str) -> None:
     text = TEXTS[name]
     sha = hashlib.sha256(text.encode()).hexdigest()
-    indexer.add(build_document(f"/docs/{name}", name, [text]), FileRecord(f"/docs/{name}", sha,
-                len(text), 1.0, "indexed"))  # fmt: skip
+    record = FileRecord(f"/docs/{name}", sha, len(text), 1.0, "indexed")
+    indexer.write(FileOutcome(record, NEW, build_document(f"/docs/{name}", name, [text])))
 
 
 def found(retriever: Retriever, query: str, mode: str) -> list[str]:
@@ -86,12 +86,11 @@ def test_end_of_a_first_build_indexes_everything_as_a_clean_build(tmp_path: Path
 
 def test_a_collection_is_searchable_before_its_first_commit(tmp_path: Path) -> None:
     """A run that has not committed anything yet (here: an empty folder) answers, with nothing."""
-    from docsearch.indexer.pipeline import index_folder
+    from tests.helpers import index_into
 
     db, docs = str(tmp_path / "db"), tmp_path / "docs"
     docs.mkdir()
-    p = prepared(db)
-    assert index_folder(docs, p.store, p.encoder, p.chunker).exit_code == 0
-    retriever = Retriever("c", db=db, encoder=p.encoder)
+    assert index_into(db, docs, options={"max_tokens": 12}).exit_code == 0
+    retriever = Retriever("c", db=db)
     assert retriever.search("walrus", mode="lexical") == []
     assert retriever.search("walrus", mode="hybrid") == []

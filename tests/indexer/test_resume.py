@@ -13,8 +13,9 @@ import pytest
 from docsearch.indexer import pipeline
 from docsearch.indexer.collection import Prepared, prepare
 from docsearch.indexer.extract import build_document
-from docsearch.indexer.pipeline import Indexer, index_folder
+from docsearch.indexer.pipeline import NEW, FileOutcome, Indexer
 from docsearch.indexer.store import FileRecord, Store
+from tests.helpers import index_into
 from tests.indexer.cli_hooks import run_hooked
 from tests.indexer.test_crash import snapshot
 
@@ -46,8 +47,7 @@ def embedded(log: Path) -> list[str]:
 def test_each_restart_embeds_only_what_no_killed_run_embedded(tmp_path: Path) -> None:
     root = large_file(tmp_path / "docs")
     clean_db, db = str(tmp_path / "clean"), str(tmp_path / "db")
-    p = prepared(clean_db)
-    assert index_folder(root, p.store, p.encoder, p.chunker, token_budget=48).exit_code == 0
+    assert index_into(clean_db, root, options={"max_tokens": 12}, token_budget=48).exit_code == 0
     expected = snapshot(clean_db)
     total = len(
         {r["text_sha"] for r in Store.open(clean_db, "c").rows("ordinal >= 0", ["text_sha"])}
@@ -84,12 +84,11 @@ def test_a_checkpoint_table_left_half_created_is_ignored(
     from tests.indexer.test_store_repair import interrupted_create
 
     root, db = large_file(tmp_path / "docs", paragraphs=20), tmp_path / "db"
-    p = prepared(str(db))
-    assert index_folder(root, p.store, p.encoder, p.chunker).exit_code == 0
+    assert index_into(str(db), root, options={"max_tokens": 12}).exit_code == 0
     (root / "large.md").write_text((root / "large.md").read_text() + "\nA new closing line.\n")
     interrupted_create(db, "c__pending_vectors")
     monkeypatch.setattr(pipeline, "CHECKPOINT_SECONDS", 0.0)  # checkpoint after every batch
-    report = index_folder(root, p.store, p.encoder, p.chunker, token_budget=48)
+    report = index_into(str(db), root, options={"max_tokens": 12}, token_budget=48)
     assert report.changed == 1 and report.chunks_embedded > 0
     assert not (db / "c__pending_vectors.lance").exists()
 
@@ -100,9 +99,9 @@ def test_groups_commit_on_a_clock_when_files_come_slowly(tmp_path: Path) -> None
     def add(indexer: Indexer, i: int) -> None:
         path = f"/docs/f{i}.md"
         doc = build_document(path, f"f{i}", [f"File {i} mentions clause {i}."])
-        indexer.add(doc, FileRecord(path, f"sha{i}", 10, 1.0, "indexed"))
+        indexer.write(FileOutcome(FileRecord(path, f"sha{i}", 10, 1.0, "indexed"), NEW, doc))
 
-    by_size_only = Indexer(p.store, p.encoder, p.chunker)  # as the Ray actors use it
+    by_size_only = Indexer(p.store, p.encoder, p.chunker)  # no clock: by size only
     add(by_size_only, 0)
     time.sleep(0.3)
     add(by_size_only, 1)
@@ -131,13 +130,13 @@ def test_vectors_checkpointed_before_a_failed_commit_are_reused_then_cleared(
 
     first = indexer()
     monkeypatch.setattr(p.store, "commit", power_cut)
-    first.add(doc, FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"))
+    first.write(FileOutcome(FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"), NEW, doc))
     with pytest.raises(RuntimeError, match="power cut"):
         first.flush()
     monkeypatch.undo()
     assert first.report.chunks_embedded > 0 and p.store.has_pending_vectors()
     second = indexer()
-    second.add(doc, FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"))
+    second.write(FileOutcome(FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"), NEW, doc))
     second.flush()
     assert second.report.chunks_embedded == 0
     assert second.report.chunks_reused == first.report.chunks_embedded == p.store.count_chunks()
