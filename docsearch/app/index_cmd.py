@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,6 +23,9 @@ from docsearch.app.common import (
     handle_errors,
 )
 from docsearch.errors import UsageError
+
+if TYPE_CHECKING:
+    from docsearch.indexer.pipeline import Engine, IndexReport
 
 
 @handle_errors
@@ -100,7 +103,7 @@ def index(
     raise typer.Exit(report.exit_code)
 
 
-def _engine(name: str, address: str | None, workers: int | None) -> Any:
+def _engine(name: str, address: str | None, workers: int | None) -> Engine:
     """The engine `--engine` names (the Ray one imports Ray only when it runs)."""
     if name == "local":
         from docsearch.indexer.pipeline import LocalEngine
@@ -111,13 +114,9 @@ def _engine(name: str, address: str | None, workers: int | None) -> Any:
     return RayEngine(address=address, workers=workers)
 
 
-def _print_report(name: str, report: Any) -> None:
+def _print_report(name: str, report: IndexReport) -> None:
     err = functools.partial(typer.echo, err=True)
-    err(
-        f"{name}: {report.new} new, {report.changed} changed, {report.renamed} renamed, "
-        f"{report.touched} touched, {report.unchanged} unchanged, {report.deleted} deleted, "
-        f"{len(report.failed)} failed"
-    )
+    err(f"{name}: {report.files_line()}")
     rate = report.tokens_embedded / report.seconds if report.seconds else 0.0
     err(
         f"chunks: {report.chunks_written} written, {report.chunks_embedded} embedded, "

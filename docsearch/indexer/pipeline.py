@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -104,6 +104,13 @@ class IndexReport:
     @property
     def exit_code(self) -> int:
         return 3 if self.failed else 0
+
+    def files_line(self) -> str:
+        """What happened to the files, in one line (the CLI and the UI show it)."""
+        return (
+            f"{self.new} new, {self.changed} changed, {self.renamed} renamed, {self.touched} "
+            f"touched, {self.unchanged} unchanged, {self.deleted} deleted, {len(self.failed)} failed"
+        )
 
     def count(self, outcome: FileOutcome) -> None:
         """Tally one file: its kind (each kind but FAILED is a counter), failure and warnings."""
@@ -257,41 +264,30 @@ def embed_rows(
     checkpoint: VectorCheckpoint | None = None,
 ) -> None:
     """Give every row its `vector`: the stored one for a text already embedded (by any file, or
-    checkpointed by a killed run), a new one for the rest (each distinct text once)."""
+    checkpointed by a killed run), a new one for the rest (each distinct text once), encoded in
+    batches sorted by length under the padded-token `budget`."""
     known = store.vectors_for(r["text_sha"] for r in rows)
     todo: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row["text_sha"] not in known:
-            todo.setdefault(row["text_sha"], row)
+            todo.setdefault(row["text_sha"], row)  # each new text once, at its first row
     fresh = list(todo.values())
-    saved = checkpoint.batches([r["text_sha"] for r in fresh]) if checkpoint else None
     lengths = [r["n_tokens"] for r in fresh]
-    vectors = embed_texts(encoder, [r["text"] for r in fresh], lengths, budget, progress, saved)
+    vectors = np.zeros((len(fresh), encoder.dim), dtype=np.float32)
+    if checkpoint:
+        checkpoint.begin()
+    for batch in token_batches(lengths, budget):
+        vectors[batch] = encoder.encode_documents([fresh[i]["text"] for i in batch])
+        if progress:
+            progress.embedded(len(batch), sum(lengths[i] for i in batch))
+        if checkpoint:
+            checkpoint.add([fresh[i]["text_sha"] for i in batch], vectors[batch])
     known.update({r["text_sha"]: v for r, v in zip(fresh, vectors, strict=True)})
     for row in rows:
         row["vector"] = known[row["text_sha"]].tolist()
     report.chunks_embedded += len(fresh)
     report.chunks_reused += len(rows) - len(fresh)
     report.tokens_embedded += sum(lengths)
-
-
-def embed_texts(
-    encoder: Encoder,
-    texts: Sequence[str],
-    lengths: Sequence[int],
-    budget: int = DEFAULT_TOKEN_BUDGET,
-    progress: ProgressSink | None = None,
-    on_batch: Callable[[list[int], np.ndarray], None] | None = None,
-) -> np.ndarray:
-    """(len(texts), dim) vectors; `on_batch(indices, vectors)` sees each batch as it is done."""
-    out = np.zeros((len(texts), encoder.dim), dtype=np.float32)
-    for batch in token_batches(lengths, budget):
-        out[batch] = encoder.encode_documents([texts[i] for i in batch])
-        if progress:
-            progress.embedded(len(batch), sum(lengths[i] for i in batch))
-        if on_batch:
-            on_batch(batch, out[batch])
-    return out
 
 
 class VectorCheckpoint:
@@ -306,16 +302,15 @@ class VectorCheckpoint:
     def __init__(self, store: Store, seconds: float) -> None:
         self.store, self.seconds = store, seconds
         self.used = store.has_pending_vectors()  # rows to clear once committed
+        self.begin()
+
+    def begin(self) -> None:
+        """A group starts embedding: the clock starts, nothing is buffered."""
         self._shas: list[str] = []
         self._vectors: list[np.ndarray] = []
         self._since = time.monotonic()
 
-    def batches(self, shas: Sequence[str]) -> Callable[[list[int], np.ndarray], None]:
-        """A group of texts (by hash) starts embedding: the `on_batch` that saves its vectors."""
-        self._shas, self._vectors, self._since = [], [], time.monotonic()
-        return lambda batch, vectors: self._add([shas[i] for i in batch], vectors)
-
-    def _add(self, shas: Sequence[str], vectors: np.ndarray) -> None:
+    def add(self, shas: Sequence[str], vectors: np.ndarray) -> None:
         if self.seconds < 0:  # given up
             return
         self._shas.extend(shas)
@@ -330,7 +325,7 @@ class VectorCheckpoint:
         except (OSError, RuntimeError, ValueError) as exc:
             log.warning("cannot checkpoint vectors (%s); a killed run will re-embed them", exc)
             self.seconds = -1.0
-        self._shas, self._vectors, self._since = [], [], time.monotonic()
+        self.begin()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,48 +333,26 @@ class VectorCheckpoint:
 
 
 class Indexer:
-    """The local engine's write stage: queues files and commits them in groups, embedding each
-    group's new texts as one batch (one encoder, None: lexical only)."""
+    """The local engine's write stage: queues a job's files and commits them in groups, embedding
+    each group's new texts as one batch (with the job's encoder; None: lexical only)."""
 
     def __init__(
         self,
-        store: Store,
-        encoder: Encoder | None,
-        chunker: Chunker,
+        job: Job,
         *,
-        token_budget: int = DEFAULT_TOKEN_BUDGET,
-        group_chunks: int = GROUP_CHUNKS,
         commit_seconds: float | None = None,
         checkpoint_seconds: float | None = None,
-        progress: ProgressSink | None = None,
-        report: IndexReport | None = None,
     ) -> None:
-        """A group is committed once it holds `group_chunks` chunks or, when `commit_seconds`
-        is set, once that long has passed since the last commit. `checkpoint_seconds` (default
-        CHECKPOINT_SECONDS) paces the vector checkpoint while a group embeds."""
-        self.store, self.encoder, self.chunker = store, encoder, chunker
-        self.token_budget, self.group_chunks = token_budget, group_chunks
+        """A group is committed once it holds the job's `group_chunks` chunks or, when
+        `commit_seconds` is set, once that long has passed since the last commit.
+        `checkpoint_seconds` (default CHECKPOINT_SECONDS) paces the vector checkpoint."""
+        self.job, self.store, self.report = job, job.store, job.report
         self.commit_seconds = commit_seconds
-        self.progress: ProgressSink = progress or NullProgress()
-        self.report = report or IndexReport()
         self._pending: list[tuple[FileOutcome, list[dict[str, Any]]]] = []
         self._touched: list[FileUpdate] = []
         self._last_commit = time.monotonic()
         seconds = CHECKPOINT_SECONDS if checkpoint_seconds is None else checkpoint_seconds
-        self.checkpoint = VectorCheckpoint(store, seconds) if encoder is not None else None
-
-    @classmethod
-    def for_job(cls, job: Job) -> Indexer:
-        return cls(
-            job.store,
-            job.encoder,
-            job.chunker,
-            token_budget=job.token_budget,
-            group_chunks=job.group_chunks,
-            commit_seconds=COMMIT_SECONDS,
-            progress=job.progress,
-            report=job.report,
-        )
+        self.checkpoint = VectorCheckpoint(job.store, seconds) if job.encoder is not None else None
 
     def write(self, outcome: FileOutcome) -> None:
         """Take one file from the extract stage: queue it (see `__init__`), or record a touch, or
@@ -392,18 +365,18 @@ class Indexer:
             self.store.commit([outcome.update()])
         else:
             self._touched.append(outcome.update())
-        self.progress.file_done(outcome.record.path)
+        self.job.progress.file_done(outcome.record.path)
 
     def add(self, outcome: FileOutcome) -> None:
         """Chunk an extracted file and queue it; commit the group if it is due."""
-        rows = chunk_file(outcome, self.chunker, self.report)
+        rows = chunk_file(outcome, self.job.chunker, self.report)
         self._pending.append((outcome, rows))
-        self.progress.planned_chunks(len(rows))
+        self.job.progress.planned_chunks(len(rows))
         if self._group_due():
             self.flush()
 
     def _group_due(self) -> bool:
-        if sum(len(rows) for _, rows in self._pending) >= self.group_chunks:
+        if sum(len(rows) for _, rows in self._pending) >= self.job.group_chunks:
             return True
         waited = time.monotonic() - self._last_commit
         return self.commit_seconds is not None and waited >= self.commit_seconds
@@ -416,23 +389,17 @@ class Indexer:
         if not self._pending:
             return
         rows = [row for _, file_rows in self._pending for row in file_rows]
-        if self.encoder is not None:
-            embed_rows(
-                rows,
-                self.encoder,
-                self.store,
-                self.report,
-                self.token_budget,
-                self.progress,
-                self.checkpoint,
-            )
+        job = self.job
+        if job.encoder is not None:
+            budget, progress = job.token_budget, job.progress
+            embed_rows(rows, job.encoder, job.store, job.report, budget, progress, self.checkpoint)
         self.store.commit([outcome.update(file_rows) for outcome, file_rows in self._pending])
         self.report.chunks_written += len(rows)
         self._last_commit = time.monotonic()
         if self.checkpoint and self.checkpoint.used:  # committed vectors need no checkpoint
             self.store.clear_pending_vectors(r["text_sha"] for r in rows)
         for outcome, _ in self._pending:
-            self.progress.file_done(outcome.record.path)
+            job.progress.file_done(outcome.record.path)
         self._pending = []
 
 
@@ -442,7 +409,7 @@ class LocalEngine:
     embeds_here = True
 
     def run(self, job: Job, work: Plan) -> None:
-        indexer = Indexer.for_job(job)
+        indexer = Indexer(job, commit_seconds=COMMIT_SECONDS)
         for item in work.items:
             indexer.write(extract_file(item, job.limits, work.deleted_shas))
         indexer.flush()

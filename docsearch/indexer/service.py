@@ -24,6 +24,7 @@ from docsearch.errors import UsageError
 from docsearch.indexer.collection import prepare
 from docsearch.indexer.extract import Document, Limits
 from docsearch.indexer.pipeline import (
+    COMMIT_SECONDS,
     NEW,
     Engine,
     FileOutcome,
@@ -127,10 +128,8 @@ def writing(
             db,
             collection,
             encoder_name=encoder,
-            options=settings.with_default_model(encoder, options or {}),
-            default_encoder=settings.encoder,
-            cap=settings.max_tokens,
-            overlap=settings.overlap,
+            options=options or {},
+            settings=settings,
             source=source,
             runtime=runtime if load_here else None,
         )
@@ -153,7 +152,7 @@ def index_documents(job: Job, documents: Sequence[Document]) -> IndexReport:
     (stored vectors reused) and written as the local engine writes an extracted file.
     """
     job.progress.start(len(documents))
-    indexer = Indexer.for_job(job)
+    indexer = Indexer(job, commit_seconds=COMMIT_SECONDS)
     for doc in documents:
         text = doc.text
         sha = sha256_bytes(text.encode("utf-8", "surrogatepass"))

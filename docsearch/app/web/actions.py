@@ -386,11 +386,8 @@ def _on_page(doc: Document, number: int, span: tuple[int, int]) -> str:
 
 
 def _summary(name: str, report: Any) -> str:
-    return (
-        f"{name}: {report.new} new, {report.changed} changed, {report.renamed} renamed, "
-        f"{report.unchanged} unchanged, {report.deleted} deleted, {len(report.failed)} failed; "
-        f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
-    )
+    written = f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
+    return f"{name}: {report.files_line()}; {written}"
 
 
 def _report_rows(store: Any, folder: Path, report: Any) -> list[list[str]]:
