@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -409,10 +409,17 @@ class LocalEngine:
     embeds_here = True
 
     def run(self, job: Job, work: Plan) -> None:
-        indexer = Indexer(job, commit_seconds=COMMIT_SECONDS)
-        for item in work.items:
-            indexer.write(extract_file(item, job.limits, work.deleted_shas))
-        indexer.flush()
-        if work.deleted:
-            job.store.commit([], deleted=work.deleted)
-        job.store.refresh_indexes()
+        extracted = (extract_file(item, job.limits, work.deleted_shas) for item in work.items)
+        write_locally(job, extracted, work.deleted)
+
+
+def write_locally(job: Job, outcomes: Iterable[FileOutcome], deleted: Sequence[str] = ()) -> None:
+    """The local write stage over a run's files, as they come: groups committed, then the
+    deleted files dropped (their vectors could serve a rename until now), then the indexes."""
+    indexer = Indexer(job, commit_seconds=COMMIT_SECONDS)
+    for outcome in outcomes:
+        indexer.write(outcome)
+    indexer.flush()
+    if deleted:
+        job.store.commit([], deleted=deleted)
+    job.store.refresh_indexes()

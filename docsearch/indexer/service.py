@@ -7,7 +7,7 @@ checked), plans the run (`plan.plan`), hands the plan to an engine (`pipeline.Lo
 `ray_engine.RayEngine`) and returns the `IndexReport`. `writing(...)` is the lock and the
 preparation alone, for callers that also need the collection's encoder; `index_documents` writes
 documents that are not files (an evaluation corpus) through the local engine's write stage.
-Settings are resolved by the caller (the edge) and passed in; nothing here reads them.
+Settings are resolved by the caller (the edge) and passed in: nothing here or below reads the environment.
 Not here: the stages themselves (`pipeline.py`), the command line and the UI (`docsearch.app`).
 """
 
@@ -24,16 +24,15 @@ from docsearch.errors import UsageError
 from docsearch.indexer.collection import prepare
 from docsearch.indexer.extract import Document, Limits
 from docsearch.indexer.pipeline import (
-    COMMIT_SECONDS,
     NEW,
     Engine,
     FileOutcome,
-    Indexer,
     IndexReport,
     Job,
     LocalEngine,
     NullProgress,
     ProgressSink,
+    write_locally,
 )
 from docsearch.indexer.plan import plan, sha256_bytes
 from docsearch.indexer.store import FileRecord, collection_name_for, writer_lock
@@ -152,11 +151,12 @@ def index_documents(job: Job, documents: Sequence[Document]) -> IndexReport:
     (stored vectors reused) and written as the local engine writes an extracted file.
     """
     job.progress.start(len(documents))
-    indexer = Indexer(job, commit_seconds=COMMIT_SECONDS)
-    for doc in documents:
-        text = doc.text
-        sha = sha256_bytes(text.encode("utf-8", "surrogatepass"))
-        indexer.write(FileOutcome(FileRecord(doc.path, sha, len(text), 0.0, "indexed"), NEW, doc))
-    indexer.flush()
-    job.store.refresh_indexes()
+    write_locally(job, (_as_file(doc) for doc in documents))
     return job.report
+
+
+def _as_file(doc: Document) -> FileOutcome:
+    """A document that is not a file, as the extract stage would have handed it on."""
+    text = doc.text
+    sha = sha256_bytes(text.encode("utf-8", "surrogatepass"))
+    return FileOutcome(FileRecord(doc.path, sha, len(text), 0.0, "indexed"), NEW, doc)

@@ -10,8 +10,9 @@ checkpoints vectors not yet committed (dropped at the end of the run). A collect
 creation was killed is listed as incomplete and repaired by the next writer; one writer per
 collection holds a lock on local databases (object stores: single writer by rule).
 This is the only module that talks to Lance: searches (vector, BM25, phrase) return typed
-`Candidate`s filtered by a `ChunkFilter`, and the files table is read through typed methods.
-Not here: walking folders, embedding, fusion (see `pipeline.py`, `retriever.py`).
+`Candidate`s filtered by a `ChunkFilter`, the files table is read through typed methods, and the
+Ray engine's workers write fragments that `commit` adds (lance-ray builds indexes on request).
+Not here: walking folders, embedding, fusion (see `plan.py`, `pipeline.py`, `retriever.py`).
 """
 
 from __future__ import annotations
@@ -589,7 +590,7 @@ class Store:
     def _pending_vectors(self, wanted: set[str]) -> dict[str, np.ndarray]:
         if not self.has_pending_vectors():
             return {}
-        dataset = _dataset(table_uri(self.uri, self._pending_name))
+        dataset = self._read(PENDING_TABLE)
         present = sorted(
             wanted.intersection(dataset.to_table(columns=["text_sha"])["text_sha"].to_pylist())
         )
@@ -703,10 +704,10 @@ class Store:
 
     def ensure_search_indexes(self) -> None:
         """Build the full-text and scalar indexes if the table has none, even while it is
-        empty: the local engine calls this as a run starts and `commit` before the first rows
-        land, so lexical search answers throughout a first build. Lance searches rows committed
-        after the index was built without it (flat) until `refresh_indexes` indexes them. Not
-        at table creation: the Ray engine takes a missing index as the sign of a first run."""
+        empty: the indexing service calls this as a run starts and `commit` before the first
+        rows land, so lexical search answers throughout a first build. Lance searches rows
+        committed after the index was built without it (flat) until `refresh_indexes` indexes
+        them (a first build: all its rows again, in one pass)."""
         if self._search_indexed:
             return
         if "text_idx" not in {cfg.name for cfg in self.chunks.list_indices()}:
