@@ -78,9 +78,8 @@ def index(
     from docsearch.config import Settings
     from docsearch.indexer import service
 
-    if engine not in ("local", "ray"):
-        raise UsageError(f"unknown engine {engine!r}; use local or ray")
-    if device and engine == "local":  # Ray actors check the device on their own nodes
+    chosen = _engine(engine, address, workers)
+    if device and chosen.embeds_here:  # Ray actors check the device on their own nodes
         from docsearch.encoders.device import require
 
         require(device)  # one line, before any model loads
@@ -95,7 +94,7 @@ def index(
             options=encoder_options(option, model=model, adapter=adapter),
             include=include or (),
             exclude=exclude or (),
-            engine=_engine(engine, address, workers),
+            engine=chosen,
             runtime={"device": device} if device else None,
             progress=progress,
         )
@@ -109,9 +108,11 @@ def _engine(name: str, address: str | None, workers: int | None) -> Engine:
         from docsearch.indexer.pipeline import LocalEngine
 
         return LocalEngine()
-    from docsearch.indexer.ray_engine import RayEngine
+    if name == "ray":
+        from docsearch.indexer.ray_engine import RayEngine
 
-    return RayEngine(address=address, workers=workers)
+        return RayEngine(address=address, workers=workers)
+    raise UsageError(f"unknown engine {name!r}; use local or ray")
 
 
 def _print_report(name: str, report: IndexReport) -> None:

@@ -108,8 +108,9 @@ class IndexReport:
     def files_line(self) -> str:
         """What happened to the files, in one line (the CLI and the UI show it)."""
         return (
-            f"{self.new} new, {self.changed} changed, {self.renamed} renamed, {self.touched} "
-            f"touched, {self.unchanged} unchanged, {self.deleted} deleted, {len(self.failed)} failed"
+            f"{self.new} new, {self.changed} changed, {self.renamed} renamed, "
+            f"{self.touched} touched, {self.unchanged} unchanged, {self.deleted} deleted, "
+            f"{len(self.failed)} failed"
         )
 
     def count(self, outcome: FileOutcome) -> None:
@@ -123,10 +124,8 @@ class IndexReport:
 
     def merge(self, part: IndexReport) -> None:
         """Add `part`'s counts and lists (a Ray actor's share of the run; seconds excepted)."""
-        for f in fields(IndexReport):
-            if f.name != "seconds":
-                value = getattr(part, f.name)
-                setattr(self, f.name, getattr(self, f.name) + value)
+        for name in (f.name for f in fields(IndexReport) if f.name != "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(part, name))
 
 
 @dataclass
