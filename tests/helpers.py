@@ -140,9 +140,13 @@ def index_samples(folder: Path) -> str:
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    module: str = "docsearch.app.cli",
 ) -> subprocess.CompletedProcess[str]:
-    """`docsearch ARGS` in a fresh interpreter, with the test fakes importable."""
+    """`docsearch ARGS` in a fresh interpreter, with the test fakes importable (`module`: another
+    entry point that runs the CLI, such as one with test hooks)."""
     full_env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -150,7 +154,7 @@ def run_cli(
         **(env or {}),
     }
     return subprocess.run(
-        [sys.executable, "-m", "docsearch.app.cli", *args],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         env=full_env,
