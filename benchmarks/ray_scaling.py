@@ -21,7 +21,6 @@ import platform
 import shutil
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["DOCSEARCH_PLUGINS"] = "tests.fakes"  # the hashing encoder, in workers too
 os.environ["PYTHONPATH"] = str(REPO)
 
-from docsearch.indexer.collection import prepare  # noqa: E402
-from docsearch.indexer.pipeline import index_folder  # noqa: E402
-from docsearch.indexer.ray_engine import index_folder_ray  # noqa: E402
+from docsearch.config import Settings  # noqa: E402
+from docsearch.indexer.ray_engine import RayEngine  # noqa: E402
+from docsearch.indexer.service import index  # noqa: E402
 from docsearch.indexer.store import Store  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
@@ -56,19 +55,12 @@ def write_corpus(root: Path, n_docs: int) -> Path:
 
 def one_run(root: Path, db: str, encoder: str, workers: int | None) -> dict[str, Any]:
     """Index `root` into a fresh collection; `workers=None` is the local engine."""
-    prepared = prepare(
-        db, "bench", encoder_name=encoder, options=ENCODERS[encoder],
-        default_encoder=encoder, cap=None, overlap=0,
+    engine = None if workers is None else RayEngine(workers=workers)
+    report = index(
+        root, settings=Settings(db=db), collection="bench", encoder=encoder,
+        options=ENCODERS[encoder], engine=engine,
     )  # fmt: skip
-    start = time.perf_counter()
-    if workers is None:
-        report = index_folder(root, prepared.store, prepared.encoder, prepared.chunker)
-    else:
-        store = prepared.store
-        report = index_folder_ray(
-            root, store, store.meta.encoder, store.meta.chunker, workers=workers
-        )
-    seconds = time.perf_counter() - start
+    seconds = report.seconds  # from the plan on: the collection is prepared (model loaded)
     ids = sorted(r["id"] for r in Store.open(db, "bench").rows("ordinal >= 0", ["id"]))
     return {
         "encoder": encoder,

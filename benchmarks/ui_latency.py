@@ -67,13 +67,11 @@ TIMER_JS = """
 
 
 def index(db: str, folder: Path, name: str, encoder: str) -> dict[str, Any]:
-    from docsearch.indexer.collection import prepare
-    from docsearch.indexer.pipeline import index_folder
+    from docsearch.config import Settings
+    from docsearch.indexer.service import index as run_index
 
     started = time.perf_counter()
-    prepared = prepare(db, name, encoder_name=encoder, options={}, default_encoder=encoder,
-                       cap=None, overlap=0, source=str(folder))  # fmt: skip
-    report = index_folder(folder, prepared.store, prepared.encoder, prepared.chunker)
+    report = run_index(folder, settings=Settings(db=db), collection=name, encoder=encoder)
     return {"collection": name, "encoder": encoder, "files": report.new,
             "chunks": report.chunks_written, "seconds": time.perf_counter() - started}  # fmt: skip
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from docsearch.config import Settings
 from docsearch.corpora.beir import AnswerSpan, RetrievalSet
-from docsearch.defaults import DEFAULT_ENCODER, DEFAULT_TOKEN_BUDGET, MODES
+from docsearch.defaults import MODES
 from docsearch.errors import UsageError
 
 if TYPE_CHECKING:
@@ -188,20 +188,23 @@ class EvalIndex:
         encoder: str | None = None,
         options: Mapping[str, Any] | None = None,
         cap: int | None = None,
-        overlap: int = 0,
-        default_encoder: str = DEFAULT_ENCODER,
-        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        settings: Settings | None = None,
         progress: ProgressSink | None = None,
         cache: str | Path | None = None,
     ) -> None:
+        """What is left open (the encoder when none is named and its model, the chunk cap,
+        overlap, token budget) comes from `settings` (default: the environment's), as for
+        `docsearch index`; `cap`, when given, caps the chunks instead."""
         self.rset = rset
-        self.encoder_name, self.options = encoder, dict(options or {})
-        self.cap, self.overlap, self.default_encoder = cap, overlap, default_encoder
-        self.token_budget = token_budget
+        settings = settings or Settings()
+        self.settings = settings if cap is None else settings.model_copy(update={"max_tokens": cap})
+        self.encoder_name = encoder
+        self.options = self.settings.with_default_model(encoder, options or {})
         self.progress = progress
         self.persistent = cache is not None
         self.db = str(cache) if cache is not None else tempfile.mkdtemp(prefix="docsearch-eval-")
-        key = (encoder or default_encoder, self.options, cap, overlap)
+        chunking = (self.settings.max_tokens, self.settings.overlap)
+        key = (encoder or self.settings.encoder, self.options, *chunking)
         self.name = "eval-" + corpus_fingerprint(rset, *key) if self.persistent else "eval"
         self.encoder: Encoder | None = None
         self.encoder_label = "none"
@@ -231,52 +234,32 @@ class EvalIndex:
     def build(self) -> None:
         """Extract, chunk, embed and write every document, then build the full-text index."""
         from docsearch.encoders.base import describe
-        from docsearch.indexer.collection import prepare
+        from docsearch.indexer.extract import build_document
+        from docsearch.indexer.service import index_documents, writing
 
         started = time.perf_counter()
-        prepared = prepare(
-            self.db,
+        with writing(
             self.name,
-            encoder_name=self.encoder_name,
+            settings=self.settings,
+            db=self.db,
+            encoder=self.encoder_name,
             options=self.options,
-            default_encoder=self.default_encoder,
-            cap=self.cap,
-            overlap=self.overlap,
             source=self.rset.name,
-        )
-        self.encoder = prepared.encoder
-        self.encoder_label = describe(self.encoder.spec()) if self.encoder else "none"
-        done = len(prepared.store.file_records()) == len(self.rset.corpus)
-        if self.persistent and done and self._sidecar.is_file():
-            self.cached = True
-            self.index_seconds = float(json.loads(self._sidecar.read_text())["index_seconds"])
-        else:
-            self._write_all(prepared)
-            self.index_seconds = time.perf_counter() - started
-            if self.persistent:
-                self._sidecar.write_text(json.dumps({"index_seconds": self.index_seconds}))
-        self.chunks = prepared.store.count_chunks()
-
-    def _write_all(self, prepared: Any) -> None:
-        from docsearch.indexer.extract import build_document
-        from docsearch.indexer.pipeline import Indexer
-        from docsearch.indexer.store import FileRecord
-
-        indexer = Indexer(
-            prepared.store,
-            prepared.encoder,
-            prepared.chunker,
-            token_budget=self.token_budget,
             progress=self.progress,
-        )
-        if self.progress:
-            self.progress.start(len(self.rset.corpus))
-        for doc in self.rset.corpus.values():
-            body = doc.body
-            record = FileRecord(doc.id, _sha(body), len(body), 0.0, "indexed")
-            indexer.add(build_document(path=doc.id, title=doc.title, page_texts=[body]), record)
-        indexer.flush()
-        prepared.store.refresh_indexes()
+        ) as job:
+            self.encoder = job.encoder
+            self.encoder_label = describe(self.encoder.spec()) if self.encoder else "none"
+            done = len(job.store.file_records()) == len(self.rset.corpus)
+            if self.persistent and done and self._sidecar.is_file():
+                self.cached = True
+                self.index_seconds = float(json.loads(self._sidecar.read_text())["index_seconds"])
+            else:
+                corpus = self.rset.corpus.values()
+                index_documents(job, [build_document(d.id, d.title, [d.body]) for d in corpus])
+                self.index_seconds = time.perf_counter() - started
+                if self.persistent:
+                    self._sidecar.write_text(json.dumps({"index_seconds": self.index_seconds}))
+            self.chunks = job.store.count_chunks()
 
     def retriever(self, fusion: Fusion | None = None) -> Retriever:
         from docsearch.retriever import Retriever
@@ -389,17 +372,9 @@ def evaluate_dataset(
     What is left open comes from `settings` (default: the environment's), as for `docsearch
     index`: the encoder when none is named and its model, the chunk cap, overlap, token budget.
     """
-    settings = settings or Settings()
     encoder, mode = default_mode(encoder, mode)
     with EvalIndex(
-        rset,
-        encoder=encoder,
-        options=settings.with_default_model(encoder, options or {}),
-        cap=settings.max_tokens,
-        overlap=settings.overlap,
-        default_encoder=settings.encoder,
-        token_budget=settings.token_budget,
-        progress=progress,
+        rset, encoder=encoder, options=options, settings=settings, progress=progress
     ) as index:
         if index.encoder is None and mode != "lexical":
             log.warning("no encoder could be loaded; evaluating lexical search instead")

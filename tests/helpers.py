@@ -6,7 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from docsearch.indexer.pipeline import Engine, IndexReport
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "docsearch" / "corpora" / "samples"
@@ -94,25 +99,54 @@ def copy_samples(target: Path) -> Path:
     return target
 
 
+def index_into(
+    db: str,
+    root: Path,
+    name: str = "c",
+    *,
+    encoder: str = "hashing",
+    options: dict[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    engine: Engine | None = None,
+    **settings: Any,
+) -> IndexReport:
+    """Index `root` into collection `name` through the indexing service, as `docsearch index`
+    does; `settings` are Settings fields (`commit_chunks=4`, `max_file_mb=1`...)."""
+    from docsearch.config import Settings
+    from docsearch.indexer.service import index
+
+    configured = Settings(db=db, **settings)
+    return index(
+        root,
+        settings=configured,
+        collection=name,
+        encoder=encoder,
+        options=options,
+        include=include,
+        exclude=exclude,
+        engine=engine,
+    )
+
+
 def index_samples(folder: Path) -> str:
     """A copy of the sample corpus under `folder`, indexed as collection 'samples' with the
     hashing fake encoder (120-token chunks); returns the database path."""
-    from docsearch.indexer.collection import prepare
-    from docsearch.indexer.pipeline import index_folder
-
     root = copy_samples(folder / "samples")
     db = str(folder / "db")
-    p = prepare(db, "samples", encoder_name="hashing", options={"max_tokens": 120},
-                default_encoder="hashing", cap=None, overlap=0)  # fmt: skip
-    report = index_folder(root, p.store, p.encoder, p.chunker)
+    report = index_into(db, root, "samples", options={"max_tokens": 120})
     assert not report.failed
     return db
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    module: str = "docsearch.app.cli",
 ) -> subprocess.CompletedProcess[str]:
-    """`docsearch ARGS` in a fresh interpreter, with the test fakes importable."""
+    """`docsearch ARGS` in a fresh interpreter, with the test fakes importable (`module`: another
+    entry point that runs the CLI, such as one with test hooks)."""
     full_env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
@@ -120,7 +154,7 @@ def run_cli(
         **(env or {}),
     }
     return subprocess.run(
-        [sys.executable, "-m", "docsearch.app.cli", *args],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         env=full_env,

@@ -1,7 +1,7 @@
 """`docsearch index`: bring a collection in line with a folder, and report what changed.
 
-Resolves the settings once (options over environment, files and defaults), takes the writer lock,
-prepares the collection and runs the local or the Ray engine; the per-file report goes to stderr.
+Resolves the settings once (options over environment, files and defaults), picks the engine and
+hands both to the indexing service (`docsearch.indexer.service`); the report goes to stderr.
 Not here: the indexing itself (`docsearch.indexer`), progress display (`progress.py`).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,6 +23,9 @@ from docsearch.app.common import (
     handle_errors,
 )
 from docsearch.errors import UsageError
+
+if TYPE_CHECKING:
+    from docsearch.indexer.pipeline import Engine, IndexReport
 
 
 @handle_errors
@@ -73,77 +76,48 @@ def index(
     """
     from docsearch.app.progress import ConsoleProgress
     from docsearch.config import Settings
-    from docsearch.indexer.collection import prepare
-    from docsearch.indexer.pipeline import index_folder
-    from docsearch.indexer.store import collection_name_for, writer_lock
+    from docsearch.indexer import service
 
-    if not path.exists():
-        raise UsageError(f"no such file or folder: {path}")
-    if engine not in ("local", "ray"):
-        raise UsageError(f"unknown engine {engine!r}; use local or ray")
-    runtime: dict[str, Any] = {"device": device} if device else {}
-    if device and engine == "local":  # Ray actors check the device on their own nodes
+    chosen = _engine(engine, address, workers)
+    if device and chosen.embeds_here:  # Ray actors check the device on their own nodes
         from docsearch.encoders.device import require
 
         require(device)  # one line, before any model loads
     settings = Settings.resolve(db=db, max_tokens=max_tokens, overlap=overlap)
-    db = settings.db
-    root = path.resolve()
-    name = collection or collection_name_for(root.name if root.is_dir() else root.stem)
-    given = encoder_options(option, model=model, adapter=adapter)
-    options = settings.with_default_model(encoder, given)
-    with writer_lock(db, name):
-        prepared = prepare(
-            db,
-            name,
-            encoder_name=encoder,
-            options=options,
-            default_encoder=settings.encoder,
-            cap=settings.max_tokens,
-            overlap=settings.overlap,
-            source=str(root),
-            runtime=runtime if engine == "local" else None,
+    name = collection or service.collection_for(path)
+    with ConsoleProgress(f"indexing {name}") as progress:
+        report = service.index(
+            path,
+            settings=settings,
+            collection=name,
+            encoder=encoder,
+            options=encoder_options(option, model=model, adapter=adapter),
+            include=include or (),
+            exclude=exclude or (),
+            engine=chosen,
+            runtime={"device": device} if device else None,
+            progress=progress,
         )
-        with ConsoleProgress(f"indexing {name}") as progress:
-            if engine == "ray":
-                from docsearch.indexer.ray_engine import index_folder_ray
-
-                report = index_folder_ray(
-                    root,
-                    prepared.store,
-                    prepared.store.meta.encoder,
-                    prepared.chunker.settings.as_dict(),
-                    address=address,
-                    workers=workers,
-                    include=include or (),
-                    exclude=exclude or (),
-                    token_budget=settings.token_budget,
-                    runtime=runtime,
-                    progress=progress,
-                )
-            else:
-                report = index_folder(
-                    root,
-                    prepared.store,
-                    prepared.encoder,
-                    prepared.chunker,
-                    include=include or (),
-                    exclude=exclude or (),
-                    token_budget=settings.token_budget,
-                    group_chunks=settings.commit_chunks,
-                    progress=progress,
-                )
     _print_report(name, report)
     raise typer.Exit(report.exit_code)
 
 
-def _print_report(name: str, report: Any) -> None:
+def _engine(name: str, address: str | None, workers: int | None) -> Engine:
+    """The engine `--engine` names (the Ray one imports Ray only when it runs)."""
+    if name == "local":
+        from docsearch.indexer.pipeline import LocalEngine
+
+        return LocalEngine()
+    if name == "ray":
+        from docsearch.indexer.ray_engine import RayEngine
+
+        return RayEngine(address=address, workers=workers)
+    raise UsageError(f"unknown engine {name!r}; use local or ray")
+
+
+def _print_report(name: str, report: IndexReport) -> None:
     err = functools.partial(typer.echo, err=True)
-    err(
-        f"{name}: {report.new} new, {report.changed} changed, {report.renamed} renamed, "
-        f"{report.touched} touched, {report.unchanged} unchanged, {report.deleted} deleted, "
-        f"{len(report.failed)} failed"
-    )
+    err(f"{name}: {report.files_line()}")
     rate = report.tokens_embedded / report.seconds if report.seconds else 0.0
     err(
         f"chunks: {report.chunks_written} written, {report.chunks_embedded} embedded, "

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docsearch.encoders.base import Encoder, encoder_from_spec, get_encoder
 from docsearch.errors import EncoderUnavailableError
 from docsearch.indexer.chunk import Chunker, ChunkerSettings
 from docsearch.indexer.store import CollectionMeta, Store, survey
+
+if TYPE_CHECKING:
+    from docsearch.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -78,30 +81,32 @@ def prepare(
     name: str,
     *,
     encoder_name: str | None,
-    options: dict[str, Any],
-    default_encoder: str,
-    cap: int | None,
-    overlap: int,
+    options: Mapping[str, Any],
+    settings: Settings,
     source: str = "",
     runtime: dict[str, Any] | None = None,
 ) -> Prepared:
     """Open (checking compatibility) or create the collection `name`, with its encoder.
 
-    A collection whose creation was interrupted counts as new: creating it repairs it.
+    A new collection takes `encoder_name` (None: the settings' default encoder, with the
+    settings' model) and the settings' chunk cap and overlap. A collection whose creation was
+    interrupted counts as new: creating it repairs it.
     """
+    options = settings.with_default_model(encoder_name, options)
     complete, _ = survey(db)
     if name in complete:
         store = Store.open(db, name)
         encoder = _existing_encoder(store, encoder_name, options, runtime or {})
-        settings = ChunkerSettings(**store.meta.chunker)
-        return Prepared(store, encoder, make_chunker(encoder, settings))
-    encoder = load_encoder(encoder_name, options, default_encoder, runtime)
-    settings = ChunkerSettings(max_tokens=chunk_budget(encoder, cap), overlap_tokens=overlap)
+        return Prepared(
+            store, encoder, make_chunker(encoder, ChunkerSettings(**store.meta.chunker))
+        )
+    encoder = load_encoder(encoder_name, options, settings.encoder, runtime)
+    chunking = ChunkerSettings(chunk_budget(encoder, settings.max_tokens), settings.overlap)
     meta = CollectionMeta(
-        encoder=encoder.spec() if encoder else None, chunker=settings.as_dict(), source=source
+        encoder=encoder.spec() if encoder else None, chunker=chunking.as_dict(), source=source
     )
     store = Store.open_or_create(db, name, meta)
-    return Prepared(store, encoder, make_chunker(encoder, settings))
+    return Prepared(store, encoder, make_chunker(encoder, chunking))
 
 
 def _existing_encoder(

@@ -1,18 +1,16 @@
-"""Indexing on a Ray cluster: the local engine's semantics, with the work spread over machines.
+"""The Ray engine: the local engine's stages, with the work spread over a Ray cluster.
 
-One run, `index_folder_ray(...)`:
-1. Driver: walk the folder and diff it against the `files` table (`pipeline.walk`, `pipeline.plan`:
-   the same fingerprints as the local engine).
-2. Ray Data tasks read, hash and extract each file to do; `pipeline.index_one` classifies it
-   (new, changed, renamed, touched, failed), so the outcome is the local engine's by construction.
-3. Ray Data actors, one per GPU (else CPU workers), chunk with the encoder's own tokenizer, reuse
-   stored vectors by text hash and embed the rest (`pipeline.Indexer`), then write the rows as Lance
-   fragments into the chunks table's folder (`lance_ray.LanceFragmentWriter`) without committing.
-4. Driver: one Lance commit adds every new fragment and deletes the old rows of replaced and
-   deleted files (a file is never half old, half new), then the `files` table is updated. The
-   first run compacts the fragments with lance-ray, builds the full-text and scalar indexes
-   (on the driver by default, see `build_indexes`) and, once the table is large, a vector index
-   with lance-ray's distributed builder; later runs update them incrementally (`optimize`).
+`RayEngine.run` takes the plan the driver made (`service.index`: the same walk and diff) and:
+1. Ray Data tasks read, hash, classify and extract each planned file with the local engine's own
+   `pipeline.extract_file`, so each file's outcome is the local engine's by construction.
+2. Ray Data actors, one per GPU (else CPU workers), chunk with the encoder's own tokenizer
+   (`pipeline.chunk_file`), reuse stored vectors by text hash and embed the rest
+   (`pipeline.embed_rows`), then write the rows as uncommitted fragments (`Store.write_fragments`).
+3. Driver: one `Store.commit` adds every fragment and deletes the old rows of replaced and
+   deleted files in one Lance version (a file is never half old, half new), then the files table.
+4. `Store.refresh_indexes` with the cluster's workers: a first run's fragments are compacted and
+   the full-text index built (the local engine's); once the table is large the workers build the
+   vector index; later runs update the indexes incrementally.
 The database may be a local folder or an object-store URI LanceDB understands (credentials from
 the environment, forwarded to the workers). The folder being indexed must be readable at the same
 path on every node (a shared mount), as Ray tasks read the files where they run.
@@ -20,7 +18,7 @@ path on every node (a shared mount), as Ray tasks read the files where they run.
 Differences from the local engine: the run commits once, so a crash before the commit leaves the
 index as it was (the next run starts over, where the local engine resumes group by group); a text
 that occurs in two files handled by different actors in one run is embedded twice (same vector).
-Not here: the command line, the embedding itself (`encoders/`), the store's schema (`store.py`).
+Not here: planning and locking (`service.py`), the stages (`pipeline.py`), Lance (`store.py`).
 """
 
 from __future__ import annotations
@@ -29,155 +27,105 @@ import functools
 import logging
 import os
 import pickle
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from docsearch.defaults import DEFAULT_TOKEN_BUDGET
 from docsearch.encoders.base import Encoder, encoder_from_spec
 from docsearch.errors import DocsearchError, UsageError
 from docsearch.indexer.chunk import ChunkerSettings
 from docsearch.indexer.collection import make_chunker
-from docsearch.indexer.extract import Document
+from docsearch.indexer.extract import Limits
 from docsearch.indexer.pipeline import (
-    DEFAULT_TOKEN_BUDGET,
-    Indexer,
+    FileOutcome,
     IndexReport,
-    NullProgress,
-    Plan,
-    ProgressSink,
-    index_one,
-    plan,
-    walk,
+    Job,
+    chunk_file,
+    embed_rows,
+    extract_file,
 )
-from docsearch.indexer.store import (
-    VECTOR_INDEX_MIN_ROWS,
-    FileRecord,
-    FileUpdate,
-    Store,
-    sql_in,
-    table_uri,
-    vector_index_params,
-)
+from docsearch.indexer.plan import Plan
+from docsearch.indexer.store import VECTOR_INDEX_MIN_ROWS, IndexBuild, Store
 
 log = logging.getLogger(__name__)
 
 EXTRACT_CPUS = 0.25  # per read+extract task: mostly I/O and pure-Python parsing
 MAX_FILES_PER_BATCH = 64  # files per actor call (one Lance fragment each)
 FORWARDED_ENV = ("DOCSEARCH_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "AWS_", "AZURE_", "GOOGLE_")
-FTS_INDEX, PATH_INDEX, SHA_INDEX, VECTOR_INDEX = (
-    "text_idx",
-    "path_idx",
-    "text_sha_idx",
-    "vector_idx",
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# What crosses the wire (pickled): one file after extraction, one actor batch after embedding
 
 
 @dataclass
-class FileOutcome:
-    """A file after read, fingerprint and extraction, as `pipeline.index_one` decided."""
+class RayEngine:
+    """Runs a planned index run on Ray (see the module docstring).
 
-    record: FileRecord
-    report: IndexReport  # this file's counts: new/changed/renamed/touched, failure, warnings
-    doc: Document | None = None  # to chunk and embed
-    replace: bool = False  # drop the file's old chunks (it failed and had nothing to keep)
+    `address`: the cluster (default: RAY_ADDRESS, else a local Ray started for the run);
+    `workers`: embedding actors (default: one per GPU, else half the CPUs); `vector_index`:
+    options for the vector index lance-ray builds once the table has `vector_index_min_rows`.
+    """
+
+    address: str | None = None
+    workers: int | None = None
+    cpus_per_worker: float | None = None
+    vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS
+    vector_index: dict[str, Any] | None = None
+    embeds_here = False  # the actors build their own encoders (a class attribute, not a field)
+
+    def run(self, job: Job, work: Plan) -> None:
+        started = time.perf_counter()
+        with ray_session(self.address):
+            import ray
+
+            where = placement(ray.cluster_resources(), self.workers, self.cpus_per_worker)
+            commit_results(job, work, _results(job, work, where) if work.items else ())
+            log.info("ray: %d files committed at %.1f s", len(work.items), _since(started))
+            build = IndexBuild(
+                self.vector_index_min_rows, self.vector_index, where.workers, EXTRACT_CPUS
+            )
+            job.store.refresh_indexes(build)
+            log.info("ray: indexes up to date at %.1f s", _since(started))
+
+
+def _since(start: float) -> float:
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage tasks: what crosses the wire (pickled)
+
+
+def task_rows(work: Plan) -> list[dict[str, bytes]]:
+    """One Ray Data row per planned file."""
+    return [{"item": pickle.dumps(item)} for item in work.items]
+
+
+def extract_task(
+    row: dict[str, Any], limits: Limits, deleted_shas: frozenset[str]
+) -> dict[str, bytes]:
+    """Ray Data `map` function: a planned file -> `{"payload": its pickled FileOutcome}`."""
+    outcome = extract_file(pickle.loads(row["item"]), limits, deleted_shas)
+    return {"payload": pickle.dumps(outcome)}
 
 
 @dataclass
 class BatchResult:
-    """What an actor hands back for a batch of files: records, counts and uncommitted fragments."""
+    """What an actor hands back for a batch of files: their outcomes (without their text), its
+    share of the counts, and the fragments it wrote (uncommitted)."""
 
-    updates: list[tuple[FileRecord, bool]]  # (record, its old chunks are replaced)
+    outcomes: list[FileOutcome]
     report: IndexReport
-    fragments: list[bytes] = field(default_factory=list)  # pickled lance FragmentMetadata
+    fragments: list[Any] = field(default_factory=list)
     worker: str = ""  # node:pid of the actor, for the log
 
 
-def merge_reports(into: IndexReport, part: IndexReport) -> None:
-    """Add `part`'s counts and lists to `into` (seconds excepted)."""
-    for f in fields(IndexReport):
-        if f.name == "seconds":
-            continue
-        value = getattr(part, f.name)
-        if isinstance(value, list):
-            getattr(into, f.name).extend(value)
-        else:
-            setattr(into, f.name, getattr(into, f.name) + value)
-
-
-# ---------------------------------------------------------------------------------------------
-# Stage 2: read and extract (a Ray task per file)
-
-
-class _Recorder(Indexer):
-    """Stands in for `Indexer` while `pipeline.index_one` classifies one file in a Ray task:
-    it keeps what the local engine would have queued or committed, and commits nothing."""
-
-    def __init__(self) -> None:  # no store, encoder or chunker: nothing is written here
-        self.report = IndexReport()
-        self.progress = NullProgress()
-        self.outcome: FileOutcome | None = None
-
-    def add(self, doc: Document, record: FileRecord) -> None:
-        self.outcome = FileOutcome(record, self.report, doc=doc)
-
-    def fail(self, record: FileRecord, reason: str, keep_old: bool) -> None:
-        record.status, record.reason = "failed", reason  # as Indexer.fail
-        self.report.failed.append((record.path, reason))
-        self.outcome = FileOutcome(record, self.report, replace=not keep_old)
-
-    def touch(self, record: FileRecord) -> None:
-        self.outcome = FileOutcome(record, self.report)
-
-
-def task_rows(work: Plan, records: dict[str, FileRecord]) -> list[dict[str, Any]]:
-    """One row per file to read: absolute path, planned size/mtime, its old record (pickled)."""
-    rows = []
-    for path, st in work.todo:
-        old = records.get(str(path.absolute()))
-        rows.append(_task_row(path, st.st_size, st.st_mtime, old))
-    for path, st, old in work.touched:
-        rows.append(_task_row(path, st.st_size, st.st_mtime, old))
-    return rows
-
-
-def _task_row(path: Path, size: int, mtime: float, old: FileRecord | None) -> dict[str, Any]:
-    return {
-        "path": str(path.absolute()),
-        "size": size,
-        "mtime": mtime,
-        "old": pickle.dumps(old) if old is not None else b"",
-    }
-
-
-def extract_file(row: dict[str, Any], deleted_shas: frozenset[str]) -> dict[str, Any]:
-    """Ray Data `map` function: a task row -> `{"payload": pickled FileOutcome}`."""
-    size, mtime = int(row["size"]), float(row["mtime"])
-    st = os.stat_result((0, 0, 0, 0, 0, 0, size, mtime, mtime, mtime))  # only size/mtime are read
-    old = pickle.loads(row["old"]) if row["old"] else None
-    recorder = _Recorder()
-    index_one(recorder, Path(row["path"]), st, old, set(deleted_shas))
-    assert recorder.outcome is not None  # index_one always adds, fails or touches
-    return {"payload": pickle.dumps(recorder.outcome)}
-
-
-# ---------------------------------------------------------------------------------------------
-# Stage 3: chunk, embed, write fragments (a Ray actor per GPU or CPU worker)
-
-
 class EmbedWorker:
-    """Chunks and embeds extracted files, and writes their rows as uncommitted Lance fragments.
+    """Chunks and embeds extracted files, and writes their rows as uncommitted fragments.
 
     Built once per actor: the encoder (on the actor's GPU when it has one), the chunker and a
-    read-only view of the store for vector reuse. `process` is plain Python (tests call it
-    directly); `__call__` is the Ray Data batch interface around it.
+    view of the store (stored vectors to reuse, fragments to write). `process` is plain Python
+    (tests call it directly); `__call__` is the Ray Data batch interface around it.
     """
 
     def __init__(
@@ -189,48 +137,34 @@ class EmbedWorker:
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         runtime: dict[str, Any] | None = None,
     ) -> None:
-        import lance
-        from lance_ray import LanceFragmentWriter
-
-        self.store = Store(None, name, uri=db_uri)  # reads only: vectors to reuse
+        self.store = Store(None, name, uri=db_uri)
         self.encoder: Encoder | None = (
             encoder_from_spec(encoder_spec, **(runtime or {})) if encoder_spec else None
         )
         self.chunker = make_chunker(self.encoder, ChunkerSettings(**chunker_settings))
         self.token_budget = token_budget
-        dataset = lance.dataset(table_uri(db_uri, f"{name}__chunks"))
-        self.schema = dataset.schema
-        self.writer = LanceFragmentWriter(
-            dataset.uri, schema=self.schema, data_storage_version=dataset.data_storage_version
-        )
 
-    def process(self, outcomes: Sequence[FileOutcome]) -> BatchResult:
-        indexer = Indexer(
-            self.store,
-            self.encoder,
-            self.chunker,
-            token_budget=self.token_budget,
-            group_chunks=sys.maxsize,  # never flush: this actor writes fragments, not commits
-        )
-        updates: list[tuple[FileRecord, bool]] = []
-        for outcome in outcomes:
-            merge_reports(indexer.report, outcome.report)
-            if outcome.doc is not None:
-                indexer.add(outcome.doc, outcome.record)  # sets n_chunks and title
-                updates.append((outcome.record, True))
-            else:
-                updates.append((outcome.record, outcome.replace))
-        rows = [row for update in indexer.take_updates() for row in update.rows or []]
-        worker = f"{_node_id()}:{os.getpid()}"
-        return BatchResult(updates, indexer.report, self._write(rows), worker)
+    @staticmethod
+    def arguments(job: Job) -> dict[str, Any]:
+        """The constructor's arguments for `job`'s collection (what each actor is built with)."""
+        return {
+            "db_uri": job.store.uri,
+            "name": job.store.name,
+            "encoder_spec": job.store.meta.encoder,
+            "chunker_settings": job.chunker.settings.as_dict(),
+            "token_budget": job.token_budget,
+            "runtime": job.runtime,
+        }
 
-    def _write(self, rows: list[dict[str, Any]]) -> list[bytes]:
-        if not rows:
-            return []
-        import pyarrow as pa
-
-        written = self.writer(pa.Table.from_pylist(rows, schema=self.schema))
-        return list(written.column("fragment").to_pylist())
+    def process(self, outcomes: Iterable[FileOutcome]) -> BatchResult:
+        part, batch = IndexReport(), list(outcomes)
+        rows = [r for o in batch if o.doc is not None for r in chunk_file(o, self.chunker, part)]
+        if self.encoder is not None:
+            embed_rows(rows, self.encoder, self.store, part, self.token_budget)
+        part.chunks_written = len(rows)
+        fragments = self.store.write_fragments(rows)
+        sent = [replace(o, doc=None) for o in batch]  # the driver needs the records, not the text
+        return BatchResult(sent, part, fragments, f"{_node_id()}:{os.getpid()}")
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
@@ -249,146 +183,20 @@ def _node_id() -> str:
     return str(ray.get_runtime_context().get_node_id())[:8]
 
 
-# ---------------------------------------------------------------------------------------------
-# Stage 4: one commit, then the indexes
-
-
-def commit_run(
-    store: Store,
-    updates: Sequence[tuple[FileRecord, bool]],
-    fragments: Sequence[bytes],
-    deleted: Sequence[str],
-) -> None:
-    """Commit a run: chunks first (one Lance commit), then the files table (as `Store.commit`).
-
-    A crash between the two leaves records that look stale; the next run redoes those files and
-    finds their vectors stored, so the end state equals a clean build (the local engine's rule).
-    """
-    gone = sorted({record.path for record, replace in updates if replace} | set(deleted))
-    if fragments or gone:
-        commit_chunks(store, [pickle.loads(f) for f in fragments], gone)
-    if updates:
-        store.commit([FileUpdate(record, None) for record, _ in updates])
-    if deleted:
-        store.files_table.delete(sql_in("path", deleted))
-
-
-def commit_chunks(store: Store, new_fragments: list[Any], gone_paths: Sequence[str]) -> None:
-    """Add `new_fragments` and delete every older row whose path is in `gone_paths`, atomically."""
-    import lance
-
-    dataset = lance.dataset(table_uri(store.uri, f"{store.name}__chunks"))
-    removed, updated = [], []
-    if gone_paths:
-        where = sql_in("path", gone_paths)
-        for fragment_id in _fragments_matching(dataset, where):
-            fragment = dataset.get_fragment(fragment_id)
-            assert fragment is not None  # the id came from this dataset version
-            kept = fragment.delete(where)
-            if kept is None:
-                removed.append(fragment_id)
-            else:
-                updated.append(kept)
-    operation = lance.LanceOperation.Update(
-        removed_fragment_ids=removed, updated_fragments=updated, new_fragments=new_fragments
-    )
-    lance.LanceDataset.commit(dataset, operation, read_version=dataset.version)
-    store.chunks.checkout_latest()
-
-
-def _fragments_matching(dataset: Any, where: str) -> list[int]:
-    """Ids of the fragments holding rows that match `where` (uses the path index when built)."""
-    found = dataset.to_table(columns=[], filter=where, with_row_address=True)
-    addresses = found.column("_rowaddr").to_pylist()
-    return sorted({int(a) >> 32 for a in addresses})  # row address = fragment id << 32 | offset
-
-
-def fts_options() -> dict[str, Any]:
-    """The full-text index settings `Store.refresh_indexes` uses (LanceDB's `FTS` defaults,
-    with positions for phrase queries), spelled out for lance's own index builder."""
-    from dataclasses import asdict
-
-    from lancedb.index import FTS
-
-    config = asdict(FTS(with_position=True))
-    options = {k: v for k, v in config.items() if v is not None and not k.startswith("ngram")}
-    for key in ("prefix_only", "num_workers", "memory_limit", "document_granularity"):
-        options.pop(key, None)  # not tokenizer settings, or not accepted by the segment builder
-    return options
-
-
-def needs_index_build(store: Store) -> bool:
-    """The table has rows but no full-text index yet (a first run, or one that crashed)."""
-    names = {cfg.name for cfg in store.chunks.list_indices()}
-    return FTS_INDEX not in names and store.count_chunks() > 0
-
-
-def _distributed_scalar_indexes(dataset: Any, workers: int, remote: dict[str, float]) -> None:
-    """The FTS and BTree indexes `Store.refresh_indexes` makes, built by lance-ray workers."""
-    import lance_ray
-
-    lance_ray.create_scalar_index(
-        dataset,
-        column="text",
-        index_type="INVERTED",
-        name=FTS_INDEX,
-        num_workers=workers,
-        ray_remote_args=remote,
-        **fts_options(),
-    )
-    for column, name in (("path", PATH_INDEX), ("text_sha", SHA_INDEX)):
-        lance_ray.create_scalar_index(
-            dataset.uri,
-            column=column,
-            index_type="BTREE",
-            name=name,
-            num_workers=workers,
-            ray_remote_args=remote,
-        )
-
-
-def build_indexes(
-    store: Store,
-    workers: int,
-    vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS,
-    vector_index: dict[str, Any] | None = None,
-    distributed_fts: bool = False,
-) -> None:
-    """Bring the indexes up to date after a run's commit.
-
-    First run: lance-ray compacts the fragments the actors wrote (in parallel). The full-text
-    index is then built by `Store.refresh_indexes` on the driver, because lance-ray's distributed
-    INVERTED build (pylance 14, lance-ray 0.5) gives BM25 scores up to ~1% off a single build
-    on the sample corpus, which reorders near ties; `distributed_fts=True` takes that trade for
-    very large tables. The vector index `Store.refresh_indexes` would build, with lance-ray's
-    distributed builder, once the table has `vector_index_min_rows` rows. Later runs: `Store.refresh_indexes` (incremental `optimize`).
-    """
-    import lance
-    import lance_ray
-
-    rows = store.count_chunks()
-    if rows == 0:
-        return
-    names = {cfg.name for cfg in store.chunks.list_indices()}
-    remote = {"num_cpus": EXTRACT_CPUS}
-    uri = table_uri(store.uri, f"{store.name}__chunks")
-    if FTS_INDEX not in names:
-        lance_ray.compact_files(uri, num_workers=workers, ray_remote_args=remote)
-        if distributed_fts:
-            _distributed_scalar_indexes(lance.dataset(uri), workers, remote)
-        store.chunks.checkout_latest()
-    if store.has_vectors and rows >= vector_index_min_rows and VECTOR_INDEX not in names:
-        options = vector_index or vector_index_params(rows)
-        lance_ray.create_index(
-            uri,
-            column="vector",
-            name=VECTOR_INDEX,
-            num_workers=workers,
-            ray_remote_args=remote,
-            **options,
-        )
-        store.chunks.checkout_latest()
-    store.refresh_indexes()
+def commit_results(job: Job, work: Plan, results: Iterable[BatchResult]) -> None:
+    """Count the actors' results as they arrive, then commit the whole run in one step."""
+    updates, fragments = [], []
+    for result in results:
+        log.debug("batch of %d files from %s", len(result.outcomes), result.worker)
+        job.report.merge(result.report)
+        fragments += result.fragments
+        job.progress.planned_chunks(result.report.chunks_written)
+        job.progress.embedded(result.report.chunks_embedded, result.report.tokens_embedded)
+        for outcome in result.outcomes:
+            job.report.count(outcome)
+            updates.append(outcome.update())
+            job.progress.file_done(outcome.record.path)
+    job.store.commit(updates, work.deleted, fragments)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,13 +259,9 @@ def worker_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
 
 
-def run_pipeline(
-    rows: list[dict[str, Any]],
-    deleted_shas: frozenset[str],
-    worker_args: dict[str, Any],
-    where: Placement,
-) -> Iterator[BatchResult]:
-    """Stages 2 and 3 on Ray Data, streaming: results arrive as actors finish batches."""
+def run_pipeline(job: Job, work: Plan, where: Placement) -> Iterator[BatchResult]:
+    """The extract tasks and embedding actors on Ray Data, streaming: results arrive as actors
+    finish batches."""
     import pyarrow as pa
     import ray.data
 
@@ -465,16 +269,17 @@ def run_pipeline(
     context.enable_progress_bars = False  # the caller's ProgressSink reports progress
     forwarded = worker_env()
     env = {"env_vars": forwarded} if forwarded else None
+    rows = task_rows(work)
     per_batch = max(1, min(MAX_FILES_PER_BATCH, -(-len(rows) // (where.workers * 4))))
     files = ray.data.from_items(rows, override_num_blocks=min(len(rows), 256))
     extracted = files.map(
-        functools.partial(extract_file, deleted_shas=deleted_shas),
+        functools.partial(extract_task, limits=job.limits, deleted_shas=work.deleted_shas),
         num_cpus=EXTRACT_CPUS,
         runtime_env=env,
     )
     results = extracted.map_batches(
         EmbedWorker,
-        fn_constructor_kwargs=worker_args,
+        fn_constructor_kwargs=EmbedWorker.arguments(job),
         batch_size=per_batch,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=where.workers),
@@ -486,6 +291,16 @@ def run_pipeline(
         assert isinstance(batch, pa.Table)
         for payload in batch.column("payload").to_pylist():
             yield pickle.loads(payload)
+
+
+def _results(job: Job, work: Plan, where: Placement) -> Iterator[BatchResult]:
+    try:
+        yield from run_pipeline(job, work, where)
+    except Exception as exc:
+        domain = _domain_error(exc)
+        if domain is not None:
+            raise domain from None  # one line at the CLI, not a Ray traceback
+        raise
 
 
 def _domain_error(exc: BaseException) -> DocsearchError | None:
@@ -501,109 +316,3 @@ def _domain_error(exc: BaseException) -> DocsearchError | None:
             return current
         todo += [current.__cause__, current.__context__, getattr(current, "cause", None)]
     return None
-
-
-# ---------------------------------------------------------------------------------------------
-# The engine
-
-
-def index_folder_ray(
-    root: Path,
-    store: Store,
-    encoder_spec: dict[str, Any] | None,
-    chunker_settings: ChunkerSettings | dict[str, int],
-    *,
-    address: str | None = None,
-    workers: int | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    token_budget: int = DEFAULT_TOKEN_BUDGET,
-    runtime: dict[str, Any] | None = None,
-    cpus_per_worker: float | None = None,
-    vector_index_min_rows: int = VECTOR_INDEX_MIN_ROWS,
-    vector_index: dict[str, Any] | None = None,
-    distributed_fts: bool = False,
-    progress: ProgressSink | None = None,
-) -> IndexReport:
-    """Bring `store` in line with the files under `root` on a Ray cluster; see the module doc.
-
-    `encoder_spec` is the collection's (`store.meta.encoder`, None for lexical only) and
-    `runtime` adds run-time encoder options (batch size...; the device is each actor's own).
-    `workers`: embedding actors (default: one per GPU, else half the CPUs); `vector_index`:
-    options for `lance_ray.create_index` once the table has `vector_index_min_rows` rows;
-    `distributed_fts`: see `build_indexes`. A run with nothing to do returns without touching Ray.
-    """
-    if not root.exists():
-        raise UsageError(f"no such file or folder: {root}")
-    started = time.perf_counter()
-    sink = progress or NullProgress()
-    settings = (
-        chunker_settings if isinstance(chunker_settings, dict) else chunker_settings.as_dict()
-    )
-    records = store.file_records()
-    work = plan(walk(root, include, exclude), records, root)
-    rows = task_rows(work, records)
-    sink.start(len(rows))
-    report = IndexReport(unchanged=work.unchanged)
-    if not rows and not work.deleted and not needs_index_build(store):
-        report.seconds = time.perf_counter() - started
-        return report  # nothing changed: no cluster needed
-    updates: list[tuple[FileRecord, bool]] = []
-    fragments: list[bytes] = []
-    with ray_session(address):
-        import ray
-
-        where = placement(ray.cluster_resources(), workers, cpus_per_worker)
-        if rows:
-            args = {
-                "db_uri": store.uri,
-                "name": store.name,
-                "encoder_spec": encoder_spec,
-                "chunker_settings": settings,
-                "token_budget": token_budget,
-                "runtime": runtime,
-            }
-            deleted_shas = frozenset(records[p].sha256 for p in work.deleted)
-            for result in _results(rows, deleted_shas, args, where):
-                _collect(result, report, updates, fragments, sink)
-        log.info("ray: %d files extracted and embedded in %.1f s", len(rows), _since(started))
-        commit_run(store, updates, fragments, work.deleted)
-        report.deleted = len(work.deleted) - report.renamed
-        log.info("ray: committed %d fragments at %.1f s", len(fragments), _since(started))
-        build_indexes(store, where.workers, vector_index_min_rows, vector_index, distributed_fts)
-        log.info("ray: indexes up to date at %.1f s", _since(started))
-    report.seconds = time.perf_counter() - started
-    return report
-
-
-def _since(start: float) -> float:
-    return time.perf_counter() - start
-
-
-def _results(
-    rows: list[dict[str, Any]], deleted_shas: frozenset[str], args: dict[str, Any], where: Placement
-) -> Iterator[BatchResult]:
-    try:
-        yield from run_pipeline(rows, deleted_shas, args, where)
-    except Exception as exc:
-        domain = _domain_error(exc)
-        if domain is not None:
-            raise domain from None  # one line at the CLI, not a Ray traceback
-        raise
-
-
-def _collect(
-    result: BatchResult,
-    report: IndexReport,
-    updates: list[tuple[FileRecord, bool]],
-    fragments: list[bytes],
-    sink: ProgressSink,
-) -> None:
-    log.debug("batch of %d files from %s", len(result.updates), result.worker)
-    merge_reports(report, result.report)
-    updates.extend(result.updates)
-    fragments.extend(result.fragments)
-    sink.planned_chunks(result.report.chunks_written)
-    sink.embedded(result.report.chunks_embedded, result.report.tokens_embedded)
-    for record, _ in result.updates:
-        sink.file_done(record.path)

@@ -10,8 +10,9 @@ checkpoints vectors not yet committed (dropped at the end of the run). A collect
 creation was killed is listed as incomplete and repaired by the next writer; one writer per
 collection holds a lock on local databases (object stores: single writer by rule).
 This is the only module that talks to Lance: searches (vector, BM25, phrase) return typed
-`Candidate`s filtered by a `ChunkFilter`, and the files table is read through typed methods.
-Not here: walking folders, embedding, fusion (see `pipeline.py`, `retriever.py`).
+`Candidate`s filtered by a `ChunkFilter`, the files table is read through typed methods, and the
+Ray engine's workers write fragments that `commit` adds (lance-ray builds indexes on request).
+Not here: walking folders, embedding, fusion (see `plan.py`, `pipeline.py`, `retriever.py`).
 """
 
 from __future__ import annotations
@@ -216,6 +217,21 @@ def _table_names(db) -> list[str]:  # type: ignore[no-untyped-def]
             return names
 
 
+@dataclass(frozen=True)
+class IndexBuild:
+    """How `Store.refresh_indexes` builds the indexes a table lacks. With `workers`, on the Ray
+    cluster this process is connected to (lance-ray): the fragments are compacted before a first
+    full-text build, and the vector index is trained and built by the workers."""
+
+    vector_min_rows: int = VECTOR_INDEX_MIN_ROWS  # no vector index below this many chunks
+    vector_params: dict[str, Any] | None = None  # default: vector_index_params(rows)
+    workers: int = 0
+    worker_cpus: float = 0.25
+
+    def on_ray(self) -> dict[str, Any]:
+        return {"num_workers": self.workers, "ray_remote_args": {"num_cpus": self.worker_cpus}}
+
+
 def vector_index_params(rows: int) -> dict[str, Any]:
     """The ANN index built above VECTOR_INDEX_MIN_ROWS (local and Ray engines alike)."""
     partitions = min(8, max(1, rows // 100_000))  # all of them are probed (ANN_SEARCH)
@@ -405,9 +421,12 @@ class Store:
     def files_table(self) -> Any:
         return self.db.open_table(f"{self.name}__files")
 
+    def _uri(self, table: str) -> str:
+        return table_uri(self.uri, f"{self.name}__{table}")
+
     def _read(self, table: str) -> Any:
         """The latest version of a table's Lance dataset, for reading."""
-        return _dataset(table_uri(self.uri, f"{self.name}__{table}"))
+        return _dataset(self._uri(table))
 
     def _stored_meta(self) -> CollectionMeta:
         return CollectionMeta.from_json(self._read("chunks").schema.metadata[META_KEY])
@@ -571,7 +590,7 @@ class Store:
     def _pending_vectors(self, wanted: set[str]) -> dict[str, np.ndarray]:
         if not self.has_pending_vectors():
             return {}
-        dataset = _dataset(table_uri(self.uri, self._pending_name))
+        dataset = self._read(PENDING_TABLE)
         present = sorted(
             wanted.intersection(dataset.to_table(columns=["text_sha"])["text_sha"].to_pylist())
         )
@@ -597,17 +616,29 @@ class Store:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def commit(self, updates: Sequence[FileUpdate], deleted: Sequence[str] = ()) -> None:
+    def commit(
+        self,
+        updates: Sequence[FileUpdate],
+        deleted: Sequence[str] = (),
+        fragments: Sequence[Any] = (),
+    ) -> None:
         """Replace the chunks of `updates` and drop `deleted` paths: chunks first, then files.
 
-        A crash between the two commits leaves files that look changed; the next run redoes
-        them, finding their vectors already stored, so the end state equals a clean build.
+        The new chunks are the updates' rows, or `fragments` written beforehand by
+        `write_fragments` (the Ray engine's actors; then the updates carry no rows). Either way
+        the chunks change in one Lance version. A crash between the two commits leaves files that
+        look changed; the next run redoes them, finding their vectors already stored, so the end
+        state equals a clean build.
         """
         replaced = [u.record.path for u in updates if u.rows is not None]
         gone = [*replaced, *deleted]
         rows = [r for u in updates if u.rows is not None for r in u.rows]
-        if rows:
+        if rows or fragments:
             self.ensure_search_indexes()  # before the rows land: none is ever unsearchable
+        if fragments:
+            assert not rows, "new chunks come as rows or as fragments, not both"
+            self._commit_fragments(fragments, gone)
+        elif rows:
             (
                 self.chunks.merge_insert("id")
                 .when_matched_update_all()
@@ -627,12 +658,56 @@ class Store:
         elif deleted:
             self.files_table.delete(sql_in("path", deleted))
 
+    def write_fragments(self, rows: list[dict[str, Any]]) -> list[Any]:
+        """Write chunk rows (with their vectors) as new data files of the chunks table, without
+        committing them: what `commit(..., fragments=)` adds. Many processes may write at once
+        (the Ray engine's actors); nothing is visible until the one commit."""
+        if not rows:
+            return []
+        import pyarrow as pa
+        from lance.fragment import write_fragments
+
+        dataset = self._read("chunks")
+        data = pa.Table.from_pylist(rows, schema=dataset.schema)
+        return list(
+            write_fragments(
+                data,
+                dataset.uri,
+                schema=dataset.schema,
+                data_storage_version=dataset.data_storage_version,
+            )
+        )
+
+    def _commit_fragments(self, fragments: Sequence[Any], gone_paths: Sequence[str]) -> None:
+        """Add `fragments` and delete every older row whose path is in `gone_paths`, atomically
+        (one Lance `Update`: the fragments holding such rows are rewritten without them)."""
+        import lance
+
+        dataset = self._read("chunks")
+        removed, updated = [], []
+        if gone_paths:
+            where = sql_in("path", gone_paths)
+            found = dataset.to_table(columns=[], filter=where, with_row_address=True)
+            # A row address is the fragment id << 32 | the row's offset in it.
+            ids = sorted({int(a) >> 32 for a in found.column("_rowaddr").to_pylist()})
+            for fragment_id in ids:
+                kept = dataset.get_fragment(fragment_id).delete(where)
+                if kept is None:
+                    removed.append(fragment_id)
+                else:
+                    updated.append(kept)
+        operation = lance.LanceOperation.Update(
+            removed_fragment_ids=removed, updated_fragments=updated, new_fragments=list(fragments)
+        )
+        lance.LanceDataset.commit(dataset, operation, read_version=dataset.version)
+        self.chunks.checkout_latest()
+
     def ensure_search_indexes(self) -> None:
         """Build the full-text and scalar indexes if the table has none, even while it is
-        empty: the local engine calls this as a run starts and `commit` before the first rows
-        land, so lexical search answers throughout a first build. Lance searches rows committed
-        after the index was built without it (flat) until `refresh_indexes` indexes them. Not
-        at table creation: the Ray engine takes a missing index as the sign of a first run."""
+        empty: the indexing service calls this as a run starts and `commit` before the first
+        rows land, so lexical search answers throughout a first build. Lance searches rows
+        committed after the index was built without it (flat) until `refresh_indexes` indexes
+        them (a first build: all its rows again, in one pass)."""
         if self._search_indexed:
             return
         if "text_idx" not in {cfg.name for cfg in self.chunks.list_indices()}:
@@ -647,9 +722,12 @@ class Store:
         for column in ("path", "text_sha"):
             self.chunks.create_index(column, config=BTree(), replace=True)
 
-    def refresh_indexes(self) -> None:
+    def refresh_indexes(self, build: IndexBuild | None = None) -> None:
         """At the end of a run: bring the full-text, scalar and vector indexes up to date (once
-        per run, not per row) and drop the vector checkpoint (everything in it is committed)."""
+        per run, not per row) and drop the vector checkpoint (everything in it is committed).
+        `build` says how what is missing is built (default: here, the vector index from
+        VECTOR_INDEX_MIN_ROWS chunks)."""
+        build = build or IndexBuild()
         self.drop_pending_vectors()
         existing = {cfg.name for cfg in self.chunks.list_indices()}
         rows = self.count_chunks()
@@ -657,15 +735,28 @@ class Store:
             return
         if "text_idx" not in existing or self._first_build:
             # A first build indexes all its rows in one pass, as if built only now.
+            if build.workers:  # many small fragments from the workers: merged first
+                import lance_ray
+
+                lance_ray.compact_files(self._uri("chunks"), **build.on_ray())
+                self.chunks.checkout_latest()
             self._create_search_indexes()
             self._first_build = False
-        if self.has_vectors and "vector_idx" not in existing and rows >= VECTOR_INDEX_MIN_ROWS:
-            self._create_vector_index(rows)
+        if self.has_vectors and "vector_idx" not in existing and rows >= build.vector_min_rows:
+            self._create_vector_index(build.vector_params or vector_index_params(rows), build)
         self.chunks.optimize()
         self.files_table.optimize()
 
-    def _create_vector_index(self, rows: int) -> None:
-        self._read("chunks").create_index("vector", name="vector_idx", **vector_index_params(rows))
+    def _create_vector_index(self, params: dict[str, Any], build: IndexBuild) -> None:
+        if build.workers:
+            import lance_ray
+
+            uri = self._uri("chunks")
+            lance_ray.create_index(
+                uri, column="vector", name="vector_idx", **build.on_ray(), **params
+            )
+        else:
+            self._read("chunks").create_index("vector", name="vector_idx", **params)
         self.chunks.checkout_latest()  # the index was committed through another handle
 
     def index_health(self) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from docsearch.encoders.base import Encoder
 from docsearch.errors import DataFormatError, ExtractionError, UsageError
 from docsearch.indexer.chunk import Chunker
 from docsearch.indexer.extract import build_document, extract
-from docsearch.indexer.pipeline import walk
+from docsearch.indexer.plan import walk
 from docsearch.indexer.store import Store
 from docsearch.training import pseudo
 

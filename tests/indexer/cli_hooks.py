@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from tests.helpers import REPO
+from tests.helpers import run_cli
 
 
 def _kill_after(method: Callable[..., Any], suffix: str) -> Callable[..., Any]:
@@ -64,15 +63,7 @@ def run_hooked(
     *args: str, env: dict[str, str], timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """This module's CLI in a fresh interpreter, as `tests.helpers.run_cli` runs the real one."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **env}
-    return subprocess.run(
-        [sys.executable, "-m", "tests.indexer.cli_hooks", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        cwd=REPO,
-    )
+    return run_cli(*args, env=env, timeout=timeout, module="tests.indexer.cli_hooks")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from docsearch.indexer.store import Store
-from tests.helpers import REPO, make_pdf, run_cli
+from tests.helpers import REPO, index_into, make_pdf, run_cli
 
 
 def make_corpus(root: Path, files: int = 12) -> Path:
@@ -107,38 +107,24 @@ def test_crash_between_chunk_and_file_commits(
     clean: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Chunks written, files table not: the rerun redoes those files without duplicates."""
-    from docsearch.indexer.collection import prepare
-    from docsearch.indexer.pipeline import index_folder
+    from lancedb.table import LanceTable
 
     root, expected = clean
     db = str(tmp_path / "db")
+    real_merge = LanceTable.merge_insert
+    calls = {"files": 0}
 
-    def prepared():  # type: ignore[no-untyped-def]
-        return prepare(
-            db,
-            "c",
-            encoder_name="hashing",
-            options={"max_tokens": 12},
-            default_encoder="hashing",
-            cap=None,
-            overlap=0,
-        )
+    def crash_on_second_files_commit(table: LanceTable, *args: Any, **kwargs: Any) -> Any:
+        if table.name.endswith("__files"):
+            calls["files"] += 1
+            if calls["files"] == 2:
+                raise RuntimeError("simulated power cut after the chunks commit")
+        return real_merge(table, *args, **kwargs)
 
-    p = prepared()
-    real_merge = p.store.files_table.merge_insert
-    calls = {"n": 0}
-
-    def crash_on_second_files_commit(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("simulated power cut after the chunks commit")
-        return real_merge(*args, **kwargs)
-
-    monkeypatch.setattr(p.store.files_table, "merge_insert", crash_on_second_files_commit)
+    monkeypatch.setattr(LanceTable, "merge_insert", crash_on_second_files_commit)
     with pytest.raises(RuntimeError, match="power cut"):
-        index_folder(root, p.store, p.encoder, p.chunker, group_chunks=4)
+        index_into(db, root, options={"max_tokens": 12}, commit_chunks=4)
     monkeypatch.undo()
-    p = prepared()
-    report = index_folder(root, p.store, p.encoder, p.chunker, group_chunks=4)
+    report = index_into(db, root, options={"max_tokens": 12}, commit_chunks=4)
     assert report.chunks_reused > 0  # the orphaned chunks' vectors were found, not re-embedded
     assert snapshot(db) == expected

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from docsearch.config import Settings
 from docsearch.indexer.collection import Prepared, prepare
 from docsearch.indexer.extract import build_document
-from docsearch.indexer.pipeline import Indexer
+from docsearch.indexer.pipeline import NEW, FileOutcome, Indexer, Job
 from docsearch.indexer.store import FileRecord
 from docsearch.retriever import Retriever
 
@@ -21,15 +22,15 @@ TEXTS = {
 
 
 def prepared(db: str) -> Prepared:
-    return prepare(db, "c", encoder_name="hashing", options={"max_tokens": 12},
-                   default_encoder="hashing", cap=None, overlap=0)  # fmt: skip
+    settings = Settings(db=db)
+    return prepare(db, "c", encoder_name="hashing", options={"max_tokens": 12}, settings=settings)
 
 
 def add(indexer: Indexer, name: str) -> None:
     text = TEXTS[name]
     sha = hashlib.sha256(text.encode()).hexdigest()
-    indexer.add(build_document(f"/docs/{name}", name, [text]), FileRecord(f"/docs/{name}", sha,
-                len(text), 1.0, "indexed"))  # fmt: skip
+    record = FileRecord(f"/docs/{name}", sha, len(text), 1.0, "indexed")
+    indexer.write(FileOutcome(record, NEW, build_document(f"/docs/{name}", name, [text])))
 
 
 def found(retriever: Retriever, query: str, mode: str) -> list[str]:
@@ -39,7 +40,7 @@ def found(retriever: Retriever, query: str, mode: str) -> list[str]:
 def build(db: str, during: list[tuple[str, str]] | None = None) -> Retriever:
     """Index TEXTS one commit per file; search `during` (query, mode) after each commit."""
     p = prepared(db)
-    indexer = Indexer(p.store, p.encoder, p.chunker, group_chunks=1)  # every add commits
+    indexer = Indexer(Job(p.store, p.encoder, p.chunker, group_chunks=1))  # every add commits
     retriever = Retriever("c", db=db, encoder=p.encoder)
     for name in TEXTS:
         add(indexer, name)
@@ -55,7 +56,7 @@ def test_search_finds_each_group_as_soon_as_it_is_committed(tmp_path: Path, mode
     """The first commit builds the full-text index; later commits are searched unindexed."""
     db = str(tmp_path / "db")
     p = prepared(db)
-    indexer = Indexer(p.store, p.encoder, p.chunker, group_chunks=1)
+    indexer = Indexer(Job(p.store, p.encoder, p.chunker, group_chunks=1))
     retriever = Retriever("c", db=db, encoder=p.encoder)
     add(indexer, "a.md")
     assert found(retriever, "walrus", mode) == ["a.md"]
@@ -71,7 +72,7 @@ def test_end_of_a_first_build_indexes_everything_as_a_clean_build(tmp_path: Path
     health = during.store.index_health()
     assert health["fts_index"] and health["fts_unindexed_rows"] == 0
     p = prepared(str(tmp_path / "once"))
-    indexer = Indexer(p.store, p.encoder, p.chunker)  # one commit, indexed at the end only
+    indexer = Indexer(Job(p.store, p.encoder, p.chunker))  # one commit, indexed at the end only
     for name in TEXTS:
         add(indexer, name)
     indexer.flush()
@@ -86,12 +87,11 @@ def test_end_of_a_first_build_indexes_everything_as_a_clean_build(tmp_path: Path
 
 def test_a_collection_is_searchable_before_its_first_commit(tmp_path: Path) -> None:
     """A run that has not committed anything yet (here: an empty folder) answers, with nothing."""
-    from docsearch.indexer.pipeline import index_folder
+    from tests.helpers import index_into
 
     db, docs = str(tmp_path / "db"), tmp_path / "docs"
     docs.mkdir()
-    p = prepared(db)
-    assert index_folder(docs, p.store, p.encoder, p.chunker).exit_code == 0
-    retriever = Retriever("c", db=db, encoder=p.encoder)
+    assert index_into(db, docs, options={"max_tokens": 12}).exit_code == 0
+    retriever = Retriever("c", db=db)
     assert retriever.search("walrus", mode="lexical") == []
     assert retriever.search("walrus", mode="hybrid") == []

@@ -19,24 +19,15 @@ from pathlib import Path
 import pytest
 
 from docsearch.errors import ExtractionError
-from docsearch.indexer.collection import prepare
 from docsearch.indexer.extract import Limits, extract
-from docsearch.indexer.pipeline import IndexReport, index_folder
+from docsearch.indexer.pipeline import IndexReport
 from docsearch.indexer.store import Store
-from tests.helpers import make_docx, make_pdf, run_cli, running_as_root
+from tests.helpers import index_into, make_docx, make_pdf, run_cli, running_as_root
 
 
-def index(root: Path, db: str, limits: Limits | None = None) -> IndexReport:
-    prepared = prepare(
-        db,
-        "c",
-        encoder_name="hashing",
-        options={"max_tokens": 40},
-        default_encoder="hashing",
-        cap=None,
-        overlap=0,
-    )
-    return index_folder(root, prepared.store, prepared.encoder, prepared.chunker, limits=limits)
+def index(root: Path, db: str, **limits: float) -> IndexReport:
+    """Index `root` with the hashing encoder; `limits`: max_file_mb, max_text_mb, extract_seconds."""
+    return index_into(db, root, options={"max_tokens": 40}, **limits)
 
 
 def indexed_names(db: str) -> set[str]:
@@ -110,7 +101,7 @@ def test_zip_bomb_docx_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
     zeros = b"\0" * 5_000_000  # deflates to about 5 KB
     bomb = rewrite_docx(root / "m-good.docx", root / "bomb.docx", {"word/media/x.bin": zeros})
     assert bomb.stat().st_size < 100_000
-    report = index(root, str(tmp_path / "db"), Limits(max_file_mb=1))
+    report = index(root, str(tmp_path / "db"), max_file_mb=1)
     assert list(failed(report)) == ["bomb.docx"]
     assert re.fullmatch(  # python-docx's own template unpacks to 0.8 MB
         r"its unpacked content is 5\.8 MB, over the 1 MB limit; "
@@ -170,7 +161,7 @@ def test_a_file_over_the_time_budget_fails_alone(tmp_path: Path) -> None:
     good = good_files(root)
     (root / "b-slow.html").write_text(nested_list_html(300_000))  # parses for many seconds
     started = time.perf_counter()
-    report = index(root, str(tmp_path / "db"), Limits(seconds=2))
+    report = index(root, str(tmp_path / "db"), extract_seconds=2)
     assert failed(report) == {
         "b-slow.html": "extracting took longer than 2 s; "
         "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
@@ -199,7 +190,7 @@ def test_a_killed_extraction_process_fails_only_its_file(tmp_path: Path) -> None
         os.kill(process._child.pid, signal.SIGKILL)
 
     threading.Thread(target=kill_the_child_while_it_reads_the_slow_file, daemon=True).start()
-    report = index(root, str(tmp_path / "db"), Limits(seconds=60))
+    report = index(root, str(tmp_path / "db"), extract_seconds=60)
     assert failed(report) == {
         "0-slow.html": "the extraction process was killed by SIGKILL (out of memory?)"
     }
@@ -218,7 +209,7 @@ def test_files_and_texts_over_the_size_limits_are_refused_with_the_setting_to_ra
     (root / "big.txt").write_text("word " * 4_000)  # 20,000 bytes
     make_docx(root / "wordy.docx", [(0, "clause " * 3_000)])  # a small file, 21,000 characters
     make_pdf(root / "wide.pdf", ["\n".join(["y" * 80] * 50)] * 4)  # about 4,000 characters a page
-    report = index(root, str(tmp_path / "db"), Limits(max_text_mb=0.015))
+    report = index(root, str(tmp_path / "db"), max_text_mb=0.015)
     reasons = failed(report)
     assert reasons["big.txt"] == (
         "the file is 20,000 bytes, over the 0.015 MB text limit; "
@@ -228,7 +219,7 @@ def test_files_and_texts_over_the_size_limits_are_refused_with_the_setting_to_ra
     assert reasons["wide.pdf"].startswith("the text of pages 1-4 is 16,")
     assert set(reasons) == {"big.txt", "wordy.docx", "wide.pdf"}
     assert indexed_names(str(tmp_path / "db")) == good
-    report = index(root, str(tmp_path / "db2"), Limits(max_file_mb=0.012))
+    report = index(root, str(tmp_path / "db2"), max_file_mb=0.012)
     assert failed(report)["big.txt"].endswith("set DOCSEARCH_MAX_FILE_MB higher to index it")
     assert "m-good.docx" in failed(report)  # a DOCX of ~36 KB
 
@@ -380,7 +371,7 @@ def test_third_party_warnings_name_their_file(tmp_path: Path, seconds: float, ca
     root = tmp_path / "docs"
     good = good_files(root)
     pdf_with_shifted_offsets(root / "shifted.pdf")
-    report = index(root, str(tmp_path / "db"), Limits(seconds=seconds))
+    report = index(root, str(tmp_path / "db"), extract_seconds=seconds)
     warnings = warned(report)
     assert list(warnings) == ["shifted.pdf"]
     assert any("startxref" in w for w in warnings["shifted.pdf"])

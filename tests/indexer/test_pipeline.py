@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from docsearch.errors import EncoderMismatchError
-from docsearch.indexer.collection import prepare
-from docsearch.indexer.pipeline import IndexReport, index_folder, token_batches
+from docsearch.indexer.pipeline import IndexReport, token_batches
 from docsearch.indexer.store import Store
 from tests.fakes import CALLS
-from tests.helpers import bad_folder, make_pdf
+from tests.helpers import bad_folder, index_into, make_pdf
 
 
 def corpus(root: Path) -> Path:
@@ -29,17 +28,8 @@ def corpus(root: Path) -> Path:
     return root
 
 
-def run(root: Path, db: str, name: str = "c", encoder: str = "hashing", **kw) -> IndexReport:  # type: ignore[no-untyped-def]
-    prepared = prepare(
-        db,
-        name,
-        encoder_name=encoder,
-        options=kw.pop("options", {"max_tokens": 12}),
-        default_encoder="hashing",
-        cap=None,
-        overlap=0,
-    )
-    return index_folder(root, prepared.store, prepared.encoder, prepared.chunker, **kw)
+def run(root: Path, db: str, name: str = "c", **kw) -> IndexReport:  # type: ignore[no-untyped-def]
+    return index_into(db, root, name, **{"options": {"max_tokens": 12}, **kw})
 
 
 def embedded_texts() -> int:

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from docsearch.config import Settings
 from docsearch.indexer import pipeline
 from docsearch.indexer.collection import Prepared, prepare
 from docsearch.indexer.extract import build_document
-from docsearch.indexer.pipeline import Indexer, index_folder
+from docsearch.indexer.pipeline import NEW, FileOutcome, Indexer, Job
 from docsearch.indexer.store import FileRecord, Store
+from tests.helpers import index_into
 from tests.indexer.cli_hooks import run_hooked
 from tests.indexer.test_crash import snapshot
 
@@ -25,8 +27,8 @@ KILLS = 2
 
 
 def prepared(db: str) -> Prepared:
-    return prepare(db, "c", encoder_name="hashing", options={"max_tokens": 12},
-                   default_encoder="hashing", cap=None, overlap=0)  # fmt: skip
+    settings = Settings(db=db)
+    return prepare(db, "c", encoder_name="hashing", options={"max_tokens": 12}, settings=settings)
 
 
 def large_file(root: Path, paragraphs: int = 120) -> Path:
@@ -46,8 +48,7 @@ def embedded(log: Path) -> list[str]:
 def test_each_restart_embeds_only_what_no_killed_run_embedded(tmp_path: Path) -> None:
     root = large_file(tmp_path / "docs")
     clean_db, db = str(tmp_path / "clean"), str(tmp_path / "db")
-    p = prepared(clean_db)
-    assert index_folder(root, p.store, p.encoder, p.chunker, token_budget=48).exit_code == 0
+    assert index_into(clean_db, root, options={"max_tokens": 12}, token_budget=48).exit_code == 0
     expected = snapshot(clean_db)
     total = len(
         {r["text_sha"] for r in Store.open(clean_db, "c").rows("ordinal >= 0", ["text_sha"])}
@@ -84,12 +85,11 @@ def test_a_checkpoint_table_left_half_created_is_ignored(
     from tests.indexer.test_store_repair import interrupted_create
 
     root, db = large_file(tmp_path / "docs", paragraphs=20), tmp_path / "db"
-    p = prepared(str(db))
-    assert index_folder(root, p.store, p.encoder, p.chunker).exit_code == 0
+    assert index_into(str(db), root, options={"max_tokens": 12}).exit_code == 0
     (root / "large.md").write_text((root / "large.md").read_text() + "\nA new closing line.\n")
     interrupted_create(db, "c__pending_vectors")
     monkeypatch.setattr(pipeline, "CHECKPOINT_SECONDS", 0.0)  # checkpoint after every batch
-    report = index_folder(root, p.store, p.encoder, p.chunker, token_budget=48)
+    report = index_into(str(db), root, options={"max_tokens": 12}, token_budget=48)
     assert report.changed == 1 and report.chunks_embedded > 0
     assert not (db / "c__pending_vectors.lance").exists()
 
@@ -100,15 +100,15 @@ def test_groups_commit_on_a_clock_when_files_come_slowly(tmp_path: Path) -> None
     def add(indexer: Indexer, i: int) -> None:
         path = f"/docs/f{i}.md"
         doc = build_document(path, f"f{i}", [f"File {i} mentions clause {i}."])
-        indexer.add(doc, FileRecord(path, f"sha{i}", 10, 1.0, "indexed"))
+        indexer.write(FileOutcome(FileRecord(path, f"sha{i}", 10, 1.0, "indexed"), NEW, doc))
 
-    by_size_only = Indexer(p.store, p.encoder, p.chunker)  # as the Ray actors use it
+    by_size_only = Indexer(Job(p.store, p.encoder, p.chunker))  # no clock: by size only
     add(by_size_only, 0)
     time.sleep(0.3)
     add(by_size_only, 1)
     assert p.store.count_chunks() == 0  # nothing committed before flush
     by_size_only.flush()
-    timed = Indexer(p.store, p.encoder, p.chunker, commit_seconds=0.2)
+    timed = Indexer(Job(p.store, p.encoder, p.chunker), commit_seconds=0.2)
     add(timed, 2)
     assert p.store.count_chunks() == 2  # within the time bound: still queued
     time.sleep(0.3)
@@ -124,20 +124,20 @@ def test_vectors_checkpointed_before_a_failed_commit_are_reused_then_cleared(
     doc = build_document("/docs/big.md", "big", [" ".join(f"word{i}" for i in range(200))])
 
     def indexer() -> Indexer:
-        return Indexer(p.store, p.encoder, p.chunker, token_budget=24, checkpoint_seconds=0)
+        return Indexer(Job(p.store, p.encoder, p.chunker, token_budget=24), checkpoint_seconds=0)
 
     def power_cut(*args: object, **kwargs: object) -> None:
         raise RuntimeError("power cut before the commit")
 
     first = indexer()
     monkeypatch.setattr(p.store, "commit", power_cut)
-    first.add(doc, FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"))
+    first.write(FileOutcome(FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"), NEW, doc))
     with pytest.raises(RuntimeError, match="power cut"):
         first.flush()
     monkeypatch.undo()
     assert first.report.chunks_embedded > 0 and p.store.has_pending_vectors()
     second = indexer()
-    second.add(doc, FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"))
+    second.write(FileOutcome(FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"), NEW, doc))
     second.flush()
     assert second.report.chunks_embedded == 0
     assert second.report.chunks_reused == first.report.chunks_embedded == p.store.count_chunks()

@@ -1,7 +1,7 @@
 """The Ray engine builds the same collection as the local engine.
 
-Fast tests run the engine's stages in this process (no cluster): extraction as `index_one`
-classifies it, the embedding actor's `process`, the single commit. Slow tests run the real thing
+Fast tests run the engine's stages in this process (no cluster): the extraction task, the
+embedding actor's `process`, the single commit, behind the indexing service as the engine does. Slow tests run the real thing
 on a local Ray cluster (a head and two worker nodes, see conftest.py), with the hashing fake
 encoder and with the real sentence-transformers model, including a second, incremental run.
 """
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from docsearch.errors import UsageError
-from docsearch.indexer.collection import prepare
-from docsearch.indexer.pipeline import IndexReport, index_folder, plan, walk
+from docsearch.indexer.pipeline import IndexReport, Job
+from docsearch.indexer.plan import Plan
 from docsearch.indexer.store import Store
-from tests.helpers import SAMPLES
+from tests.helpers import SAMPLES, index_into
 from tests.scale.equality import (
     assert_same_chunks,
     assert_same_search,
@@ -32,7 +32,7 @@ ray_engine = pytest.importorskip("docsearch.indexer.ray_engine")
 pytest.importorskip("lance_ray")
 pytestmark = pytest.mark.ray  # `make test-ray` installs the extra and runs these
 
-HASHING = {"encoder_name": "hashing", "options": {"max_tokens": 64}}
+HASHING: dict[str, Any] = {"encoder": "hashing", "options": {"max_tokens": 64}}
 # IVF_FLAT with 2 partitions trains on the sample corpus's ~70 rows and, probed fully, returns
 # exactly what brute force does: it exercises the distributed vector-index path in the tests.
 SMALL_VECTOR_INDEX = {
@@ -43,14 +43,30 @@ SMALL_VECTOR_INDEX = {
 }
 
 
-def open_store(db: str, encoder: dict[str, Any] = HASHING) -> Store:
-    kwargs = {"default_encoder": "hashing", "cap": None, "overlap": 0, **encoder}
-    return prepare(db, "c", **kwargs).store
+class InlineRay:
+    """The Ray engine's stage tasks, actor and single commit, run in this process in the order
+    Ray would run them (each file's outcome pickled as it crosses the wire)."""
+
+    embeds_here = False
+
+    def __init__(self, files_per_batch: int = 2, refresh: bool = True) -> None:
+        self.files_per_batch, self.refresh = files_per_batch, refresh
+
+    def run(self, job: Job, work: Plan) -> None:
+        outcomes = [
+            pickle.loads(ray_engine.extract_task(row, job.limits, work.deleted_shas)["payload"])
+            for row in ray_engine.task_rows(work)
+        ]
+        worker = ray_engine.EmbedWorker(**ray_engine.EmbedWorker.arguments(job))
+        n = self.files_per_batch
+        batches = [outcomes[start : start + n] for start in range(0, len(outcomes), n)]
+        ray_engine.commit_results(job, work, [worker.process(batch) for batch in batches])
+        if self.refresh:
+            job.store.refresh_indexes()
 
 
 def run_local(root: Path, db: str, encoder: dict[str, Any] = HASHING) -> IndexReport:
-    prepared = prepare(db, "c", default_encoder="hashing", cap=None, overlap=0, **encoder)
-    return index_folder(root, prepared.store, prepared.encoder, prepared.chunker)
+    return index_into(db, root, **encoder)
 
 
 def run_inline(
@@ -60,35 +76,11 @@ def run_inline(
     refresh: bool = True,
     encoder: dict[str, Any] = HASHING,
 ) -> IndexReport:
-    """The Ray engine's stages 1-4 in this process, in the order Ray would run them."""
-    store = open_store(db, encoder)
-    records = store.file_records()
-    work = plan(walk(root), records, root)
-    deleted_shas = frozenset(records[p].sha256 for p in work.deleted)
-    outcomes = [
-        pickle.loads(ray_engine.extract_file(row, deleted_shas)["payload"])
-        for row in ray_engine.task_rows(work, records)
-    ]
-    worker = ray_engine.EmbedWorker(store.db.uri, "c", store.meta.encoder, store.meta.chunker)
-    report = IndexReport(unchanged=work.unchanged)
-    updates, fragments = [], []
-    for start in range(0, len(outcomes), files_per_batch):
-        result = worker.process(outcomes[start : start + files_per_batch])
-        ray_engine.merge_reports(report, result.report)
-        updates += result.updates
-        fragments += result.fragments
-    ray_engine.commit_run(store, updates, fragments, work.deleted)
-    report.deleted = len(work.deleted) - report.renamed
-    if refresh:
-        store.refresh_indexes()
-    return report
+    return index_into(db, root, engine=InlineRay(files_per_batch, refresh), **encoder)
 
 
 def run_ray(root: Path, db: str, encoder: dict[str, Any] = HASHING, **kw: Any) -> IndexReport:
-    store = open_store(db, encoder)
-    return ray_engine.index_folder_ray(
-        root, store, store.meta.encoder, store.meta.chunker, workers=2, **kw
-    )
+    return index_into(db, root, engine=ray_engine.RayEngine(workers=2, **kw), **encoder)
 
 
 @pytest.fixture
@@ -120,7 +112,7 @@ def test_stages_build_the_local_engines_collection_then_follow_edits(
 
 
 def test_lexical_only_collection(corpus: Path, tmp_path: Path) -> None:
-    lexical = {"encoder_name": "none", "options": {}}
+    lexical = {"encoder": "none", "options": {}}
     local, inline = str(tmp_path / "local"), str(tmp_path / "inline")
     reports = run_local(corpus, local, lexical), run_inline(corpus, inline, encoder=lexical)
     assert same_counts(*reports) and reports[1].chunks_embedded == 0
@@ -158,26 +150,17 @@ def test_placement_one_actor_per_gpu_or_cpu_workers_that_leave_room() -> None:
         ray_engine.placement({"CPU": 4}, 0)
 
 
-def test_fts_options_match_the_local_index() -> None:
-    options = ray_engine.fts_options()
-    assert options["with_position"] is True and options["stem"] is True
-    assert options["base_tokenizer"] == "simple" and options["language"] == "English"
-
-
 def test_unchanged_folder_needs_no_cluster(corpus: Path, tmp_path: Path) -> None:
     db = str(tmp_path / "db")
     run_inline(corpus, db)
-    store = open_store(db)
-    report = ray_engine.index_folder_ray(
-        corpus, store, store.meta.encoder, store.meta.chunker, address="ray://nowhere:1"
-    )
+    nowhere = ray_engine.RayEngine(address="ray://nowhere:1")
+    report = index_into(db, corpus, engine=nowhere, **HASHING)
     assert report.unchanged == 5 and report.chunks_written == 0
 
 
 def test_missing_folder_is_a_usage_error(tmp_path: Path) -> None:
-    store = open_store(str(tmp_path / "db"))
     with pytest.raises(UsageError, match="no such file"):
-        ray_engine.index_folder_ray(tmp_path / "nope", store, None, store.meta.chunker)
+        index_into(str(tmp_path / "db"), tmp_path / "nope", engine=ray_engine.RayEngine())
 
 
 def test_worker_errors_surface_as_the_domain_error() -> None:
@@ -227,7 +210,7 @@ def test_ray_cluster_builds_the_local_engines_collection(
 def test_ray_cluster_with_sentence_transformers(
     ray_cluster: Any, corpus: Path, tmp_path: Path
 ) -> None:
-    minilm = {"encoder_name": "sentence-transformers", "options": {}}
+    minilm = {"encoder": "sentence-transformers", "options": {}}
     local, distributed = str(tmp_path / "local"), str(tmp_path / "ray")
     first = run_local(corpus, local, minilm), run_ray(corpus, distributed, minilm)
     assert same_counts(*first)

@@ -285,17 +285,13 @@ def test_jsonl_fixture_reads(tmp_path: Path) -> None:
 
 
 def test_an_indexed_collection_lends_its_chunks_and_vectors(tmp_path: Path) -> None:
-    from docsearch.indexer.collection import prepare
-    from docsearch.indexer.pipeline import index_folder
+    from docsearch.indexer.store import Store
+    from tests.helpers import index_into
 
     folder = write_documents(tmp_path / "docs")
     db = str(tmp_path / "db")
-    prepared = prepare(
-        db, "docs", encoder_name="hashing", options={"max_tokens": 60},
-        default_encoder="hashing", cap=None, overlap=0,
-    )  # fmt: skip
-    index_folder(folder, prepared.store, prepared.encoder, prepared.chunker)
-    data = load_training_data(folder, word_chunker(), store=prepared.store)
+    index_into(db, folder, "docs", options={"max_tokens": 60})
+    data = load_training_data(folder, word_chunker(), store=Store.open(db, "docs"))
     assert data.pool_vectors is not None and len(data.pool_vectors) == len(data.pool)
     again = get_encoder("hashing", max_tokens=60).encode_documents([p.text for p in data.pool])
     assert np.allclose(data.pool_vectors, again, atol=1e-6)

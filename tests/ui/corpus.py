@@ -68,17 +68,6 @@ def build_corpus(base: Path) -> Corpus:
 
 
 def index_corpus(corpus: Corpus, encoder: str = "none", name: str = "docs") -> None:
-    from docsearch.indexer.collection import prepare
-    from docsearch.indexer.pipeline import index_folder
+    from tests.helpers import index_into
 
-    prepared = prepare(
-        corpus.db,
-        name,
-        encoder_name=encoder,
-        options={},
-        default_encoder="hashing",
-        cap=None,
-        overlap=0,
-        source=str(corpus.docs),
-    )
-    index_folder(corpus.docs, prepared.store, prepared.encoder, prepared.chunker)
+    index_into(corpus.db, corpus.docs, name, encoder=encoder)

@@ -24,12 +24,9 @@ SECRET = "TOP SECRET: the UI must never show this"
 
 
 def _index(db: str, folder: Path, name: str, encoder: str) -> None:
-    from docsearch.indexer.collection import prepare
-    from docsearch.indexer.pipeline import index_folder
+    from tests.helpers import index_into
 
-    prepared = prepare(db, name, encoder_name=encoder, options={}, default_encoder=encoder,
-                       cap=None, overlap=0, source=str(folder))  # fmt: skip
-    report = index_folder(folder, prepared.store, prepared.encoder, prepared.chunker)
+    report = index_into(db, folder, name, encoder=encoder)
     assert not report.failed, report.failed
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from docsearch.config import Settings
 from docsearch.errors import UsageError
 from docsearch.indexer.store import FileRecord
 from docsearch.snippets import Snippet
+from tests.helpers import REPO
 from tests.ui.corpus import SECRET, Corpus
 
 
@@ -174,6 +179,38 @@ def test_index_from_the_ui_reports_failed_and_skipped_files(corpus: Corpus, tmp_
     assert ctx.collections() == ["fresh"]
     with pytest.raises(FileRefusedError):
         ctx.index("../outside", "", "default", UIProgress(lambda *_: None))
+
+
+def test_the_ui_cannot_index_a_collection_while_an_index_run_holds_it(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    """Every door takes the writer lock: while `docsearch index` writes a collection, indexing
+    it from the UI is refused with a message (not run alongside, duplicating rows)."""
+    db = str(tmp_path / "db")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes"}
+    args = ["index", str(corpus.docs), "--collection", "docs", "--encoder", "hashing", "--db", db]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "docsearch.app.cli", *args],
+        env={**env, "DOCSEARCH_FAKE_SLEEP": "1.5"},  # each encoder call: the run is under way
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    created = Path(db) / "docs__chunks.lance" / "_versions"  # made under the lock, then it embeds
+    deadline = time.monotonic() + 120
+    while not created.is_dir() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ctx = UIContext(db, Settings(db=db), None, corpus.root)
+    try:
+        assert run.poll() is None, "the index run ended before the UI asked"
+        with pytest.raises(UsageError, match="'docs' is being indexed by another process; wait"):
+            ctx.index("docs", "docs", "default", UIProgress(lambda *_: None))
+    finally:
+        _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 3, stderr  # broken.pdf fails; everything else is indexed
+    summary, _ = ctx.index("docs", "docs", "default", UIProgress(lambda *_: None))
+    assert summary.startswith("docs: 0 new") and "1 failed" in summary  # free again
 
 
 def test_indexing_is_off_without_a_root(corpus: Corpus) -> None:

@@ -338,38 +338,29 @@ class UIContext:
     def index(
         self, folder: str, name: str, encoder: str, progress: UIProgress
     ) -> tuple[str, list[list[str]]]:
-        """Index a folder under the allowed root; a summary line and the per-file rows."""
-        from docsearch.indexer.collection import prepare
-        from docsearch.indexer.pipeline import index_folder
-        from docsearch.indexer.store import collection_name_for, validate_name
+        """Index a folder under the allowed root; a summary line and the per-file rows.
+
+        Through the same service as `docsearch index`: while another run holds the collection,
+        this one is refused with a message."""
+        from docsearch.indexer.collection import LEXICAL_ONLY
+        from docsearch.indexer.service import index
+        from docsearch.indexer.store import Store, collection_name_for, validate_name
 
         if self.root is None:
             raise UsageError("indexing from the UI is off; start the UI with --root FOLDER")
         path = resolve_folder(self.root, folder)
         name = validate_name(name.strip() or collection_name_for(path.name))
-        options = (
-            {"model": self.settings.model} if encoder == "default" and self.settings.model else {}
-        )
-        prepared = prepare(
-            self.db,
-            name,
-            encoder_name=None if encoder == "default" else "none",
-            options=options,
-            default_encoder=self.settings.encoder,
-            cap=self.settings.max_tokens,
-            overlap=self.settings.overlap,
-            source=str(path),
-        )
-        report = index_folder(
+        chosen = None if encoder == "default" else LEXICAL_ONLY
+        report = index(
             path,
-            prepared.store,
-            prepared.encoder,
-            prepared.chunker,
-            token_budget=self.settings.token_budget,
+            settings=self.settings,
+            collection=name,
+            db=self.db,
+            encoder=chosen,
             progress=progress,
         )
         self.forget()
-        return _summary(name, report), _report_rows(prepared.store, path, report)
+        return _summary(name, report), _report_rows(Store.open(self.db, name), path, report)
 
 
 def _extracted(verified: Verified) -> Document:
@@ -395,11 +386,8 @@ def _on_page(doc: Document, number: int, span: tuple[int, int]) -> str:
 
 
 def _summary(name: str, report: Any) -> str:
-    return (
-        f"{name}: {report.new} new, {report.changed} changed, {report.renamed} renamed, "
-        f"{report.unchanged} unchanged, {report.deleted} deleted, {len(report.failed)} failed; "
-        f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
-    )
+    written = f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
+    return f"{name}: {report.files_line()}; {written}"
 
 
 def _report_rows(store: Any, folder: Path, report: Any) -> list[list[str]]:

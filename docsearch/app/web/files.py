@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from docsearch.errors import UsageError
-from docsearch.indexer.pipeline import DEFAULT_EXCLUDES, sha256_bytes
+from docsearch.indexer.plan import DEFAULT_EXCLUDES, sha256_bytes
 from docsearch.indexer.store import FileRecord, Store
 from docsearch.snippets import identifiers, mark_spans, query_terms
 

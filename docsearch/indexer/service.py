@@ -1,0 +1,162 @@
+"""The one way to index: a folder (or in-memory documents) into a collection, and the report.
+
+`index(path, ...)` is what `docsearch index`, the UI's Index tab, benchmarks and tests call. It
+takes the collection's writer lock (a second writer is refused with a message, whichever door it
+came through), prepares the collection (`collection.prepare`: its encoder and chunker, created or
+checked), plans the run (`plan.plan`), hands the plan to an engine (`pipeline.LocalEngine` or
+`ray_engine.RayEngine`) and returns the `IndexReport`. `writing(...)` is the lock and the
+preparation alone, for callers that also need the collection's encoder; `index_documents` writes
+documents that are not files (an evaluation corpus) through the local engine's write stage.
+Settings are resolved by the caller (the edge) and passed in: nothing here or below reads the environment.
+Not here: the stages themselves (`pipeline.py`), the command line and the UI (`docsearch.app`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from docsearch.errors import UsageError
+from docsearch.indexer.collection import prepare
+from docsearch.indexer.extract import Document, Limits
+from docsearch.indexer.pipeline import (
+    NEW,
+    Engine,
+    FileOutcome,
+    IndexReport,
+    Job,
+    LocalEngine,
+    NullProgress,
+    ProgressSink,
+    write_locally,
+)
+from docsearch.indexer.plan import plan, sha256_bytes
+from docsearch.indexer.store import FileRecord, collection_name_for, writer_lock
+
+if TYPE_CHECKING:
+    from docsearch.config import Settings
+
+
+def collection_for(path: Path) -> str:
+    """The collection a folder (or file) is indexed into when none is named: its name."""
+    root = path.resolve()
+    return collection_name_for(root.name if root.is_dir() else root.stem)
+
+
+def index(
+    path: Path | str,
+    *,
+    settings: Settings,
+    collection: str | None = None,
+    db: str | None = None,
+    encoder: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    engine: Engine | None = None,
+    runtime: Mapping[str, Any] | None = None,
+    progress: ProgressSink | None = None,
+) -> IndexReport:
+    """Bring `collection` (default: named after the folder) in line with the files under `path`.
+
+    `encoder` names the encoder of a new collection (None: the settings' default, LEXICAL_ONLY:
+    none); an existing collection keeps its own and refuses another. `options` are the encoder's
+    (the settings' model is added for the default encoder); `runtime` its run-time options
+    (device...). `engine`: the local engine unless given. A run with nothing to do only brings
+    the indexes up to date (no engine, no cluster).
+    """
+    root = Path(path)
+    if not os.path.lexists(root):
+        raise UsageError(f"no such file or folder: {root}")
+    root = root.resolve()
+    engine = engine or LocalEngine()
+    name = collection or collection_for(root)
+    with writing(
+        name,
+        settings=settings,
+        db=db,
+        encoder=encoder,
+        options=options,
+        runtime=runtime,
+        load_here=engine.embeds_here,
+        source=str(root),
+        progress=progress,
+    ) as job:
+        started = time.perf_counter()
+        job.store.ensure_search_indexes()  # a first build is searchable before its first commit
+        work = plan(root, job.store.file_records(), include, exclude)
+        report = job.report
+        report.unchanged = work.unchanged
+        report.warnings.extend((skipped, f"skipped: {why}") for skipped, why in work.skipped)
+        job.progress.start(len(work.items))
+        if work.items or work.deleted:
+            engine.run(job, work)
+        else:
+            job.store.refresh_indexes()
+        report.deleted = len(work.deleted) - report.renamed
+        report.seconds = time.perf_counter() - started
+    return report
+
+
+@contextmanager
+def writing(
+    collection: str,
+    *,
+    settings: Settings,
+    db: str | None = None,
+    encoder: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    runtime: Mapping[str, Any] | None = None,
+    load_here: bool = True,
+    source: str = "",
+    progress: ProgressSink | None = None,
+) -> Iterator[Job]:
+    """Hold `collection`'s writer lock and prepare it; the `Job` a run works with.
+
+    `load_here=False` loads the encoder without `runtime` (an engine whose workers embed builds
+    its own encoders with it, on their own devices: here it only identifies the collection).
+    """
+    db = db or settings.db
+    runtime = dict(runtime or {})
+    with writer_lock(db, collection):
+        prepared = prepare(
+            db,
+            collection,
+            encoder_name=encoder,
+            options=options or {},
+            settings=settings,
+            source=source,
+            runtime=runtime if load_here else None,
+        )
+        yield Job(
+            prepared.store,
+            prepared.encoder,
+            prepared.chunker,
+            limits=Limits(settings.max_file_mb, settings.max_text_mb, settings.extract_seconds),
+            token_budget=settings.token_budget,
+            group_chunks=settings.commit_chunks,
+            runtime=runtime,
+            progress=progress or NullProgress(),
+        )
+
+
+def index_documents(job: Job, documents: Sequence[Document]) -> IndexReport:
+    """Write `documents` (each one's path is its id) into the job's collection and index them.
+
+    For text that is not in files (an evaluation corpus): every document is chunked, embedded
+    (stored vectors reused) and written as the local engine writes an extracted file.
+    """
+    job.progress.start(len(documents))
+    write_locally(job, (_as_file(doc) for doc in documents))
+    return job.report
+
+
+def _as_file(doc: Document) -> FileOutcome:
+    """A document that is not a file, as the extract stage would have handed it on."""
+    text = doc.text
+    sha = sha256_bytes(text.encode("utf-8", "surrogatepass"))
+    return FileOutcome(FileRecord(doc.path, sha, len(text), 0.0, "indexed"), NEW, doc)
