@@ -140,10 +140,14 @@ class RetrievalSet:
 # Reading files
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSON-lines file; a bad line is a DataFormatError naming file and line."""
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+def numbered_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; bad JSON names the file and line."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise DataFormatError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    with handle:
+        for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
@@ -152,7 +156,12 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 raise DataFormatError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
             if not isinstance(record, dict):
                 raise DataFormatError(f"{path}:{number}: expected a JSON object")
-            yield record
+            yield number, record
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The objects of a JSON-lines file (see `numbered_jsonl`)."""
+    return (record for _, record in numbered_jsonl(path))
 
 
 def _field(record: dict[str, Any], key: str, path: Path, number: int) -> str:
@@ -163,7 +172,7 @@ def _field(record: dict[str, Any], key: str, path: Path, number: int) -> str:
 
 def read_corpus(path: Path) -> dict[str, CorpusDoc]:
     corpus: dict[str, CorpusDoc] = {}
-    for number, rec in enumerate(read_jsonl(path), start=1):
+    for number, rec in numbered_jsonl(path):
         doc_id = _field(rec, "_id", path, number)
         corpus[doc_id] = CorpusDoc(
             doc_id, str(rec.get("title") or ""), _field(rec, "text", path, number)
@@ -175,7 +184,7 @@ def read_queries(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     """(query id -> text, query id -> split for the queries that carry one)."""
     queries: dict[str, str] = {}
     splits: dict[str, str] = {}
-    for number, rec in enumerate(read_jsonl(path), start=1):
+    for number, rec in numbered_jsonl(path):
         qid = _field(rec, "_id", path, number)
         queries[qid] = _field(rec, "text", path, number)
         if rec.get("split"):
@@ -205,7 +214,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 def read_spans(path: Path) -> list[AnswerSpan]:
     spans = []
-    for number, rec in enumerate(read_jsonl(path), start=1):
+    for number, rec in numbered_jsonl(path):
         try:
             spans.append(
                 AnswerSpan(

@@ -19,10 +19,9 @@ Not here: models and the training loop (`docsearch.training.loop`).
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from docsearch.corpora.beir import (
     corpus_file,
     is_beir_folder,
     load_beir,
+    numbered_jsonl,
     read_corpus,
     read_queries,
 )
@@ -94,25 +94,6 @@ def words(text: str) -> list[str]:
 def text_id(text: str) -> str:
     """A stable id for a bare text (JSONL positives carry no document id)."""
     return "t" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:15]
-
-
-def numbered_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; bad JSON names the file and line."""
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise DataFormatError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict):
-                raise DataFormatError(f"{path}:{number}: expected a JSON object")
-            yield number, record
 
 
 def window_texts(chunker: Chunker, doc_id: str, title: str, text: str) -> list[str]:
