@@ -125,6 +125,11 @@ class Candidate(ChunkView):
 RESULT_COLUMNS = ["id" if f.name == "chunk_id" else f.name for f in fields(ChunkView)]
 
 
+def _sql(where: str | ChunkFilter | None) -> str | None:
+    """A read's filter as Lance takes it: docsearch's own SQL as is, a caller's filter compiled."""
+    return where.sql() if isinstance(where, ChunkFilter) else where
+
+
 def _candidate(row: dict[str, Any], score: float) -> Candidate:
     """A row of a search read (RESULT_COLUMNS, its score column already taken out)."""
     row["chunk_id"] = row.pop("id")
@@ -526,9 +531,8 @@ class Store:
 
     def count_chunks(self, where: str | ChunkFilter | None = None) -> int:
         """Chunks matching `where`: docsearch's own SQL (a str) or a caller's ChunkFilter."""
-        sql = where.sql() if isinstance(where, ChunkFilter) else where
         with self._filter_errors(where):
-            return int(self._read("chunks").count_rows(filter=sql))
+            return int(self._read("chunks").count_rows(filter=_sql(where)))
 
     def rows(
         self, where: str | ChunkFilter, columns: Sequence[str] | None = None
@@ -611,8 +615,7 @@ class Store:
             table.delete(sql_in("text_sha", shas[start : start + 500]))
 
     def drop_pending_vectors(self) -> None:
-        if table_state(self.uri, self._pending_name) != ABSENT:
-            self.db.drop_table(self._pending_name)
+        _drop_tables(self.db, self.uri, self.name, [PENDING_TABLE])
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -810,9 +813,8 @@ class Store:
 
     def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
-        sql = where.sql() if isinstance(where, ChunkFilter) else where
         with self._filter_errors(where):
-            return list(self._read("chunks").to_table(filter=sql, **scan).to_pylist())
+            return list(self._read("chunks").to_table(filter=_sql(where), **scan).to_pylist())
 
     @contextmanager
     def _filter_errors(self, where: str | ChunkFilter | None) -> Iterator[None]:

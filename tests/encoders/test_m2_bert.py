@@ -268,6 +268,7 @@ def test_pytorch_model_bin_with_released_keys_loads(tmp_path: Path) -> None:
     loaded = load_model(tmp_path, dtype=torch.float32)
     ids = torch.randint(5, 128, (1, 128), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
+        # Bit-exact on purpose: the same float32 weights through the same code and shapes.
         torch.testing.assert_close(loaded(ids)[1], source(ids)[1], atol=0, rtol=0)
 
 

@@ -197,6 +197,7 @@ def test_mlm_head_is_tied_and_the_folder_loads_as_an_encoder(tokenizer, tmp_path
     ids = torch.randint(5, len(tokenizer), (2, 128))
     labels = torch.where(torch.rand(2, 128) < 0.3, ids, torch.full_like(ids, IGNORE))
     with torch.no_grad():
+        # Bit-exact on purpose: the same float32 weights through the same code and shapes.
         torch.testing.assert_close(loaded(ids, labels)[1], model(ids, labels)[1], atol=0, rtol=0)
     vectors = get_encoder("m2-bert", model=str(tmp_path)).encode_documents(["the tenant pays"])
     assert vectors.shape == (1, 64)
