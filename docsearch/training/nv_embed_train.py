@@ -29,6 +29,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -329,21 +330,12 @@ def stage2_loss(embed: Embed, batch: Sequence[Example], config: TrainConfig) -> 
     return own_negatives_loss(q, docs, negatives, present, config.scale)
 
 
-def run_stage(
-    loss_fn: Callable[[Sequence[Example]], torch.Tensor],
-    examples: Sequence[Example],
-    groups: list[dict[str, Any]],
-    steps: int,
-    max_seconds: float | None,
-    config: TrainConfig,
-    reporter: Reporter | None,
-) -> list[float]:
-    """One stage in the loop: `steps` steps or `max_seconds`; returns the loss of every step."""
-    stream = batches(examples, config.batch_size, config.seed)
-    recipe = Recipe(groups, lambda step: [next(stream)], loss_fn)
-    minutes = None if max_seconds is None else max_seconds / 60
-    settings = LoopSettings(steps, config.lr, max_minutes=minutes, seed=config.seed)
-    return run_loop(recipe, settings, reporter).losses
+def stage_batches(
+    examples: Sequence[Example], batch_size: int, seed: int
+) -> Callable[[int], list[list[Example]]]:
+    """The loop's batches of one stage: step -> [the next batch of `batches`]."""
+    stream = batches(examples, batch_size, seed)
+    return lambda step: [next(stream)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,23 +487,27 @@ def train_stages(
     timings: Timings,
     reporter: Reporter | None,
 ) -> list[float]:
-    """Stage 1 then stage 2 under the time budget; returns all step losses."""
+    """Stage 1 then stage 2 in the loop, each for its steps or until its part of the time
+    budget is spent; returns all step losses."""
     lora = [p for p in decoder.parameters() if p.requires_grad]
     groups = [{"params": list(latent.parameters()), "lr": config.lr}]
     groups += [{"params": lora, "lr": config.lora_lr}] if lora else []
     budget = config.max_seconds
     limits = (None, None) if budget is None else (budget * config.stage1_share, budget)
     stages = (
-        ("stage1", lambda b: stage1_loss(embed, b, config), first, config.stage1_steps),
-        ("stage2", lambda b: stage2_loss(embed, b, config), second, config.stage2_steps),
+        ("stage1", stage1_loss, first, config.stage1_steps),
+        ("stage2", stage2_loss, second, config.stage2_steps),
     )
     losses: list[float] = []
-    for (name, loss_fn, data, steps), limit in zip(stages, limits, strict=True):
-        left = None if limit is None else limit - sum(timings.stages.values())
+    for (name, stage_loss, data, steps), limit in zip(stages, limits, strict=True):
+        minutes = None if limit is None else (limit - sum(timings.stages.values())) / 60
         if reporter is not None:
             reporter.status(f"NV-Embed {name}: {steps} steps")
+        loss = partial(stage_loss, embed, config=config)
+        recipe = Recipe(groups, stage_batches(data, config.batch_size, config.seed), loss)
+        settings = LoopSettings(steps, config.lr, max_minutes=minutes, seed=config.seed)
         t0 = time.perf_counter()
-        done = run_stage(loss_fn, data, groups, steps, left, config, reporter)
+        done = run_loop(recipe, settings, reporter).losses
         timings.stages[name], timings.steps[name] = time.perf_counter() - t0, len(done)
         losses += done
     return losses
