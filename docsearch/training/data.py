@@ -210,8 +210,7 @@ def read_beir(
             pairs.append(Pair(query, windows[best_window(query, windows)], doc_id, (), qid))
     pool = [Passage(d, w) for d, ws in cache.items() for w in ws]
     note = f"{len(chosen)} of {len(rset.queries)} {split} queries, {len(pairs)} pairs"
-    data = TrainingData(f"BEIR {used} ({split})", "beir", pairs, dict(corpus), pool, [note])
-    return data
+    return TrainingData(f"BEIR {used} ({split})", "beir", pairs, dict(corpus), pool, [note])
 
 
 def extend_pool(data: TrainingData, chunker: Chunker, size: int, seed: int = 0) -> TrainingData:
