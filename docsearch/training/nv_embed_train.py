@@ -53,7 +53,7 @@ from docsearch.encoders.nv_embed import (
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import UsageError
 from docsearch.training.card import run_record, write_card
-from docsearch.training.data import mine
+from docsearch.training.data import mine, relevant_docs
 from docsearch.training.loop import (
     LoopSettings,
     Recipe,
@@ -275,9 +275,7 @@ def mine_negatives(
     doc_vectors = embed_all(teacher, [d.text for d in documents], instruction, size)
     positives = embed_all(teacher, [e.positive for e in todo], instruction, size)
     queries = torch.cat([embed_all(teacher, [e.query], e.instruction, 1) for e in todo])
-    own: dict[str, set[str]] = {}
-    for example in todo:
-        own.setdefault(example.query, set()).add(example.positive_id)
+    own = relevant_docs((e.query, e.positive_id) for e in todo)
     picks = mine(
         queries.numpy(), positives.numpy(), doc_vectors.numpy(), [d.id for d in documents],
         [own[e.query] for e in todo], config.negatives, config.margin,

@@ -247,7 +247,7 @@ def mnrl_loss(embed: Embed, pairs: Sequence[Pair], size: int, scale: float) -> t
 def pairs_recipe(trainable: Trainable, pairs: Sequence[Pair], settings: TrainSettings) -> Recipe:
     """The loop's recipe: step s trains on pairs [s * B, (s + 1) * B) of the endless order,
     B = batch_size x grad_accum, in micro-batches of batch_size (one GradCache batch for mnrl)."""
-    relevant = relevant_docs(pairs) if settings.in_batch else None
+    relevant = relevant_docs((p.query, p.doc_id) for p in pairs) if settings.in_batch else None
     size, embed, s = settings.batch_size * settings.grad_accum, trainable.encoder.embed, settings
 
     def batches(step: int) -> list[Sequence[Pair]]:
