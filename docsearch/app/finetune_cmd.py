@@ -22,6 +22,7 @@ from docsearch.app.common import (
     encoder_options,
     handle_errors,
 )
+from docsearch.training.card import index_command
 
 
 class ConsoleReporter:
@@ -66,12 +67,7 @@ def summary(record: dict[str, Any]) -> str:
             lines.append(f"{mode:<7} {metric:<10} {was}{a:.4f}")
     if record.get("stopped"):
         lines.append(f"note: {record['stopped']} after {record['steps']} steps")
-    options = record["load_options"]
-    model = f" --model {options['model']}" if options.get("model") else ""
-    lines.append(
-        f"use it: docsearch index PATH --encoder {record['encoder']}{model} "
-        f"--adapter {options['adapter']}"
-    )
+    lines.append(f"use it: {index_command(record, 'PATH')}")
     return "\n".join(lines)
 
 

@@ -60,24 +60,12 @@ def run_record(
     }  # fmt: skip
 
 
-def index_command(record: Mapping[str, Any]) -> str:
+def index_command(record: Mapping[str, Any], path: str = "./my-documents") -> str:
     """The `docsearch index` line that uses this folder."""
     options = record["load_options"]
-    parts = ["docsearch index ./my-documents", f"--encoder {record['encoder']}"]
+    parts = [f"docsearch index {path}", f"--encoder {record['encoder']}"]
     parts += [f"--{key} {options[key]}" for key in ("model", "adapter") if options.get(key)]
     return " ".join(parts)
-
-
-def python_snippet(record: Mapping[str, Any]) -> str:
-    options = ", ".join(f"{k}={v!r}" for k, v in record["load_options"].items())
-    return "\n".join(
-        [
-            "from docsearch.encoders.base import get_encoder",
-            "",
-            f"encoder = get_encoder({record['encoder']!r}, {options})",
-            'vectors = encoder.encode_queries(["termination for convenience"])',
-        ]
-    )
 
 
 def metrics_table(evaluation: Mapping[str, Any]) -> list[str]:
@@ -123,6 +111,7 @@ def render(record: Mapping[str, Any]) -> str:
     """The card's Markdown for a run record (the contents of `training.json`)."""
     evaluation = record.get("evaluation") or {}
     data = record.get("data")
+    options = ", ".join(f"{k}={v!r}" for k, v in record["load_options"].items())
     lines = [
         f"# {record['title']}",
         "",
@@ -139,7 +128,10 @@ def render(record: Mapping[str, Any]) -> str:
         "`Retriever(collection)` load this folder again by themselves. In Python:",
         "",
         "```python",
-        python_snippet(record),
+        "from docsearch.encoders.base import get_encoder",
+        "",
+        f"encoder = get_encoder({record['encoder']!r}, {options})",
+        'vectors = encoder.encode_queries(["termination for convenience"])',
         "```",
         "",
         "## Training",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -210,8 +210,7 @@ def read_beir(
             pairs.append(Pair(query, windows[best_window(query, windows)], doc_id, (), qid))
     pool = [Passage(d, w) for d, ws in cache.items() for w in ws]
     note = f"{len(chosen)} of {len(rset.queries)} {split} queries, {len(pairs)} pairs"
-    data = TrainingData(f"BEIR {used} ({split})", "beir", pairs, dict(corpus), pool, [note])
-    return data
+    return TrainingData(f"BEIR {used} ({split})", "beir", pairs, dict(corpus), pool, [note])
 
 
 def extend_pool(data: TrainingData, chunker: Chunker, size: int, seed: int = 0) -> TrainingData:
@@ -378,11 +377,11 @@ def random_negatives(
     return picked
 
 
-def relevant_docs(pairs: Sequence[Pair]) -> dict[str, set[str]]:
-    """query text -> every document some pair marks relevant to it."""
+def relevant_docs(pairs: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
+    """query text -> every document some (query, document id) pair marks relevant to it."""
     out: dict[str, set[str]] = {}
-    for pair in pairs:
-        out.setdefault(pair.query, set()).add(pair.doc_id)
+    for query, doc_id in pairs:
+        out.setdefault(query, set()).add(doc_id)
     return out
 
 
@@ -404,7 +403,7 @@ def add_negatives(
     todo = [i for i, p in enumerate(data.pairs) if not p.negatives]
     if n <= 0 or not todo:
         return data
-    relevant = relevant_docs(data.pairs)
+    relevant = relevant_docs((p.query, p.doc_id) for p in data.pairs)
     k = min(n, n // 2 if mined is None else mined)
     hard_by_pair: dict[int, list[Passage]] = {}
     if encoder is not None and k > 0 and data.pool:

@@ -30,7 +30,7 @@ from docsearch.errors import UsageError
 from docsearch.training import data as pairs_data
 from docsearch.training.card import run_record, write_card
 from docsearch.training.data import Pair, TrainingData
-from docsearch.training.loop import LoopState, QuietReporter, Reporter, bf16_by_default, run_loop
+from docsearch.training.loop import QuietReporter, Reporter, bf16_by_default, run_loop
 from docsearch.training.trainer import TrainSettings, make_trainable, pairs_recipe
 
 log = logging.getLogger(__name__)
@@ -212,20 +212,6 @@ def prepare_run(
     return data, rset
 
 
-@dataclass
-class Trained:
-    """What the training part of a run hands to its record."""
-
-    method: str
-    load_options: dict[str, Any]  # the encoder options that load the result
-    state: LoopState
-    planned: int
-    lr: float
-    bf16: bool
-    device: str
-    before: dict[str, dict[str, Any]] | None
-
-
 def finetune(job: FinetuneJob, reporter: Reporter | None = None) -> dict[str, Any]:
     """Run `job` end to end and return its record (also saved as `training.json`)."""
     reporter = reporter or QuietReporter()
@@ -238,8 +224,16 @@ def finetune(job: FinetuneJob, reporter: Reporter | None = None) -> dict[str, An
     options = {**job.options, "device": resolve_device(job.options.get("device"))}
     # no local name for the encoder: a recipe step loads its own model and frees this one
     data, rset, trained = train(job, get_encoder(job.encoder, **options), run, reporter)
-    after = evaluate(job.encoder, trained.load_options, rset, reporter, "after") if rset else None
-    record = make_record(job, data, rset, trained, after)
+    after = evaluate(job.encoder, trained["load"], rset, reporter, "after") if rset else None
+    evaluation = {
+        "set": f"{rset.name} ({'; '.join(rset.notes)})" if rset else None,
+        "modes": list(EVAL_MODES), "before": run.get("before"), "after": after,
+    }  # fmt: skip
+    about = {"source": data.source, "notes": data.notes, "pairs": len(data.pairs)}
+    record = run_record(
+        title=f"{job.encoder} fine-tuned with {s.loss}", encoder=job.encoder, recipe=s.loss,
+        start=job.options, data=about, evaluation=evaluation, **trained,
+    )  # fmt: skip
     write_card(job.output, record)
     shutil.rmtree(job.output / CHECKPOINTS, ignore_errors=True)
     return record
@@ -247,12 +241,13 @@ def finetune(job: FinetuneJob, reporter: Reporter | None = None) -> dict[str, An
 
 def train_pairs(
     job: FinetuneJob, encoder: Encoder, run: dict[str, Any], reporter: Reporter
-) -> tuple[TrainingData, RetrievalSet | None, Trained]:
-    """opl, mnrl or simcse over the pairs in the loop, with checkpoints and --resume."""
+) -> tuple[TrainingData, RetrievalSet | None, dict[str, Any]]:
+    """opl, mnrl or simcse over the pairs in the loop, with checkpoints and --resume; returns
+    the data, the evaluation set and the `run_record` fields of the training."""
     s = job.settings
     trainable = make_trainable(encoder, job.options, s.lora_r, s.lora_alpha)
     data, rset = prepare_run(job, encoder, reporter)
-    before = before_metrics(job, rset, run, reporter)
+    before_metrics(job, rset, run, reporter)
     planned = s.planned_steps(len(data.pairs))
     lr = s.lr or (2e-5 if trainable.method == "full fine-tuning" else 1e-4)
     device = str(trainable.encoder.device)
@@ -261,45 +256,25 @@ def train_pairs(
         pairs_recipe(trainable, data.pairs, s), s.loop_settings(planned, lr, bf16), reporter,
         job.output / CHECKPOINTS, job.resume,
     )  # fmt: skip
-    load_options = trainable.save(job.output)
-    trained = Trained(trainable.method, load_options, state, planned, lr, bf16, device, before)
+    trained = {
+        "method": trainable.method, "load": trainable.save(job.output), "losses": state.losses,
+        "planned": planned, "seconds": state.seconds, "device": device, "stopped": state.stopped,
+        "settings": asdict(s) | {"lr": lr, "bf16": bf16},
+    }  # fmt: skip
     return data, rset, trained
 
 
 def before_metrics(
     job: FinetuneJob, rset: RetrievalSet | None, run: dict[str, Any], reporter: Reporter
-) -> dict[str, dict[str, Any]] | None:
-    """The saved or given "before" metrics, else a fresh evaluation; saved for --resume."""
+) -> None:
+    """Keep the saved or given "before" metrics in `run`, else a fresh evaluation; `run` is
+    saved for --resume."""
     run_file = job.output / CHECKPOINTS / RUN_FILE
     run_file.parent.mkdir(parents=True, exist_ok=True)
     run_file.write_text(json.dumps(run, indent=2, default=str))
-    if rset is None or run.get("before") is not None:
-        return run.get("before")
-    run["before"] = evaluate(job.encoder, job.options, rset, reporter, "before")
-    run_file.write_text(json.dumps(run, indent=2, default=str))
-    return run["before"]
-
-
-def make_record(
-    job: FinetuneJob,
-    data: TrainingData,
-    rset: RetrievalSet | None,
-    trained: Trained,
-    after: dict[str, dict[str, Any]] | None,
-) -> dict[str, Any]:
-    evaluation = {
-        "set": f"{rset.name} ({'; '.join(rset.notes)})" if rset else None,
-        "modes": list(EVAL_MODES), "before": trained.before, "after": after,
-    }  # fmt: skip
-    return run_record(
-        title=f"{job.encoder} fine-tuned with {job.settings.loss}", encoder=job.encoder,
-        method=trained.method, recipe=job.settings.loss, start=job.options,
-        load=trained.load_options, losses=trained.state.losses, planned=trained.planned,
-        seconds=trained.state.seconds, device=trained.device, stopped=trained.state.stopped,
-        settings=asdict(job.settings) | {"lr": trained.lr, "bf16": trained.bf16},
-        data={"source": data.source, "notes": data.notes, "pairs": len(data.pairs)},
-        evaluation=evaluation,
-    )  # fmt: skip
+    if rset is not None and run.get("before") is None:
+        run["before"] = evaluate(job.encoder, job.options, rset, reporter, "before")
+        run_file.write_text(json.dumps(run, indent=2, default=str))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,7 +289,7 @@ def recipe_texts(data: TrainingData, loss: str) -> list[str]:
 
 def train_recipe_step(
     job: FinetuneJob, encoder: Encoder, run: dict[str, Any], reporter: Reporter
-) -> tuple[TrainingData, RetrievalSet | None, Trained]:
+) -> tuple[TrainingData, RetrievalSet | None, dict[str, Any]]:
     """`mntp` or `simcse` on llm2vec through `train_mntp` / `train_simcse`."""
     from docsearch.training.mntp import train_mntp
     from docsearch.training.simcse import train_simcse
@@ -326,8 +301,7 @@ def train_recipe_step(
     data = load_data(job, encoder, reporter)
     rset = evaluation_set(job, data, [])
     del encoder  # the recipe loads its own copy of the model
-    job.output.mkdir(parents=True, exist_ok=True)
-    before = before_metrics(job, rset, run, reporter)
+    before_metrics(job, rset, run, reporter)
     s = job.settings
     texts = recipe_texts(data, s.loss)
     steps = s.steps or max(1, math.ceil(s.epochs * len(texts) / s.batch_size))
@@ -341,7 +315,10 @@ def train_recipe_step(
         result = train_simcse(
             model, texts, out, steps, mntp_adapter=adapter, reporter=reporter, **common
         )
-    load_options = {"model": result.settings["base"], "adapter": str(job.output.resolve())}
-    state = LoopState(len(result.losses), result.losses, result.seconds)
-    method, device = "LoRA (LLM2Vec recipe)", result.settings["device"]
-    return data, rset, Trained(method, load_options, state, steps, lr, False, device, before)
+    trained = {
+        "method": "LoRA (LLM2Vec recipe)", "device": result.settings["device"],
+        "load": {"model": result.settings["base"], "adapter": str(out.resolve())},
+        "losses": result.losses, "planned": steps, "seconds": result.seconds,
+        "settings": asdict(s) | {"lr": lr, "bf16": False},
+    }  # fmt: skip
+    return data, rset, trained

@@ -68,19 +68,6 @@ def opl_all_pairs(q: torch.Tensor, d: torch.Tensor, labels: torch.Tensor) -> tor
     return ((cosine[known] - labels[known].to(cosine.dtype)) ** 2).mean()
 
 
-def score_matrix(
-    q: torch.Tensor, d: torch.Tensor, hard_negatives: torch.Tensor | None, scale: float
-) -> torch.Tensor:
-    """`scale * cos(q_i, c_j)` over candidates `c` = the documents, then the hard negatives."""
-    candidates = d
-    if hard_negatives is not None:
-        extra = hard_negatives.reshape(-1, d.shape[-1])  # (batch*k or n, dim)
-        candidates = torch.cat([d, extra], dim=0)
-    q = F.normalize(q, dim=-1)
-    candidates = F.normalize(candidates, dim=-1)
-    return scale * q @ candidates.T  # (batch, batch + n_negatives)
-
-
 def mnrl(
     q: torch.Tensor,
     d: torch.Tensor,
@@ -107,7 +94,11 @@ def mnrl(
     Reply"; van den Oord et al. 2018 (InfoNCE); sentence-transformers
     `MultipleNegativesRankingLoss`; LLM2Vec `HardNegativeNLLLoss`.
     """
-    scores = score_matrix(q, d, hard_negatives, scale)
+    candidates = d  # the documents, then the hard negatives
+    if hard_negatives is not None:
+        candidates = torch.cat([d, hard_negatives.reshape(-1, d.shape[-1])], dim=0)
+    q, candidates = F.normalize(q, dim=-1), F.normalize(candidates, dim=-1)
+    scores = scale * q @ candidates.T  # (batch, batch + n_negatives)
     targets = torch.arange(q.shape[0], device=q.device)
     return F.cross_entropy(scores, targets)
 

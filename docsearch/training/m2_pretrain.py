@@ -445,13 +445,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model.to(args.device)
     budget = args.minutes * 60 if args.minutes else None
     cfg = PretrainConfig(
-        args.max_len,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        time_budget_s=budget,
-        lr=args.lr,
-        seed=args.seed,
-    )
+        args.max_len, batch_size=args.batch_size, steps=args.steps, time_budget_s=budget,
+        lr=args.lr, seed=args.seed,
+    )  # fmt: skip
     eval_set = make_eval_set(ids[:n_eval], tokens, cfg)
     result = pretrain(model, ids[n_eval:], eval_set, tokens, cfg)
     save_checkpoint(model.bert, args.out, tokenizer=tokenizer, extra=model.head_state())

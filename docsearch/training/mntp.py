@@ -47,6 +47,10 @@ from docsearch.training.masking import Masking, mask_tokens
 
 MASK_TOKEN = "_"
 STRATEGIES = {"bert": Masking(0.2, 0.8, 0.1), "all_mask": Masking(0.8, 1.0, 0.0)}
+# `llm2vec_config.json` of a trained adapter (LLM2Vec's defaults: mean pooling)
+ENCODER_SETTINGS: dict[str, Any] = {
+    "pooling_mode": "mean", "max_length": 512, "doc_max_length": 400, "skip_instruction": True,
+}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,16 +106,6 @@ def finish_recipe(
         planned=settings["steps"], seconds=seconds, device=settings["device"], settings=settings,
     ))  # fmt: skip
     return TrainResult(out, state.losses, seconds, settings)
-
-
-def encoder_settings(max_length: int = 512, doc_max_length: int = 400) -> dict[str, Any]:
-    """`llm2vec_config.json` contents for a trained adapter (LLM2Vec's defaults: mean pooling)."""
-    return {
-        "pooling_mode": "mean",
-        "max_length": max_length,
-        "doc_max_length": doc_max_length,
-        "skip_instruction": True,
-    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,5 +200,5 @@ def train_mntp(
         "batch_size": batch_size, "block_size": block_size, "n_blocks": len(blocks), "lr": lr,
         "r": r, "alpha": alpha, "seed": seed, "device": "cpu",
     }  # fmt: skip
-    out = save_adapter(model, out_dir, base=base, tokenizer=tokenizer, settings=encoder_settings())
+    out = save_adapter(model, out_dir, base=base, tokenizer=tokenizer, settings=ENCODER_SETTINGS)
     return finish_recipe(out, "LLM2Vec MNTP adapter", state, started, settings)

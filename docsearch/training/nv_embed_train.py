@@ -29,11 +29,13 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from docsearch.encoders.llm2vec import bidirectional_hidden_states, load_decoder, lora_config
 from docsearch.encoders.nv_embed import (
@@ -51,7 +53,7 @@ from docsearch.encoders.nv_embed import (
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import UsageError
 from docsearch.training.card import run_record, write_card
-from docsearch.training.data import mine
+from docsearch.training.data import mine, relevant_docs
 from docsearch.training.loop import (
     LoopSettings,
     Recipe,
@@ -137,17 +139,12 @@ def batches(examples: Sequence[Example], batch_size: int, seed: int) -> Iterator
             pending += order
         batch: list[Example] = []
         rest: list[Example] = []
-        ids: set[str] = set()
-        queries: set[str] = set()
         for example in pending:
-            if (
-                len(batch) < batch_size
-                and example.positive_id not in ids
-                and example.query not in queries
-            ):
+            clash = any(
+                e.positive_id == example.positive_id or e.query == example.query for e in batch
+            )
+            if len(batch) < batch_size and not clash:
                 batch.append(example)
-                ids.add(example.positive_id)
-                queries.add(example.query)
             else:
                 rest.append(example)
         pending = rest
@@ -217,13 +214,8 @@ class StateCache:
         """(hidden (batch, seq, dim) float32, pool mask (batch, seq)), right-padded with zeros."""
         self.fill(texts, instruction)
         rows = [self.states[(instruction, t)] for t in texts]
-        seq = max(h.shape[0] for h, _ in rows)
-        hidden = torch.zeros(len(rows), seq, rows[0][0].shape[1])
-        mask = torch.zeros(len(rows), seq, dtype=torch.long)
-        for i, (h, m) in enumerate(rows):
-            hidden[i, : h.shape[0]] = h.float()
-            mask[i, : m.shape[0]] = m
-        return hidden, mask
+        hidden = pad_sequence([h.float() for h, _ in rows], batch_first=True)
+        return hidden, pad_sequence([m for _, m in rows], batch_first=True)
 
 
 def cached_embed(cache: StateCache, pooler: LatentAttentionModel | None) -> Embed:
@@ -274,29 +266,29 @@ def mine_negatives(
     teacher: Embed,
     config: TrainConfig,
 ) -> list[Example]:
-    """Examples with `config.negatives` positive-aware hard negatives from `documents`."""
-    doc_vectors = embed_all(
-        teacher, [d.text for d in documents], config.document_instruction, config.batch_size
-    )
-    positives = embed_all(
-        teacher, [e.positive for e in examples], config.document_instruction, config.batch_size
-    )
-    queries = torch.cat([embed_all(teacher, [e.query], e.instruction, 1) for e in examples])
-    own: dict[str, set[str]] = {}
-    for example in examples:
-        own.setdefault(example.query, set()).add(example.positive_id)
+    """Examples with `config.negatives` positive-aware hard negatives from `documents`; those
+    that bring negatives of their own keep them."""
+    todo = [e for e in examples if not e.negatives]
+    if config.negatives <= 0 or not todo:
+        return list(examples)
+    instruction, size = config.document_instruction, config.batch_size
+    doc_vectors = embed_all(teacher, [d.text for d in documents], instruction, size)
+    positives = embed_all(teacher, [e.positive for e in todo], instruction, size)
+    queries = torch.cat([embed_all(teacher, [e.query], e.instruction, 1) for e in todo])
+    own = relevant_docs((e.query, e.positive_id) for e in todo)
     picks = mine(
         queries.numpy(), positives.numpy(), doc_vectors.numpy(), [d.id for d in documents],
-        [own[e.query] for e in examples], config.negatives, config.margin,
+        [own[e.query] for e in todo], config.negatives, config.margin,
     )  # fmt: skip
-    return [
+    mined = iter(
         replace(
             e,
             negatives=tuple(documents[c].text for c in cols),
             negative_ids=tuple(documents[c].id for c in cols),
         )
-        for e, cols in zip(examples, picks, strict=True)
-    ]
+        for e, cols in zip(todo, picks, strict=True)
+    )
+    return [e if e.negatives else next(mined) for e in examples]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,21 +328,12 @@ def stage2_loss(embed: Embed, batch: Sequence[Example], config: TrainConfig) -> 
     return own_negatives_loss(q, docs, negatives, present, config.scale)
 
 
-def run_stage(
-    loss_fn: Callable[[Sequence[Example]], torch.Tensor],
-    examples: Sequence[Example],
-    groups: list[dict[str, Any]],
-    steps: int,
-    max_seconds: float | None,
-    config: TrainConfig,
-    reporter: Reporter | None,
-) -> list[float]:
-    """One stage in the loop: `steps` steps or `max_seconds`; returns the loss of every step."""
-    stream = batches(examples, config.batch_size, config.seed)
-    recipe = Recipe(groups, lambda step: [next(stream)], loss_fn)
-    minutes = None if max_seconds is None else max_seconds / 60
-    settings = LoopSettings(steps, config.lr, max_minutes=minutes, seed=config.seed)
-    return run_loop(recipe, settings, reporter).losses
+def stage_batches(
+    examples: Sequence[Example], batch_size: int, seed: int
+) -> Callable[[int], list[list[Example]]]:
+    """The loop's batches of one stage: step -> [the next batch of `batches`]."""
+    stream = batches(examples, batch_size, seed)
+    return lambda step: [next(stream)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,8 +395,9 @@ def train_nv_embed(
     start, timings = time.perf_counter(), Timings()
     decoder, latent, tokenizer = load_start(base, config)
     decoder = attach_lora(decoder, config)
+    both = [*examples, *(stage2 or [])]
     embed, teacher = make_embedders(
-        decoder, latent, tokenizer, config, examples, documents, stage2, timings
+        decoder, latent, tokenizer, config, both, documents or [], timings
     )
     pool = list(documents) if documents is not None else unique_positives(examples)
     first, second = mine_stages(examples, stage2, pool, teacher, config, timings)
@@ -453,8 +437,8 @@ def mine_stages(
 ) -> tuple[list[Example], list[Example]]:
     """(stage-1, stage-2 examples) with mined negatives; refuses a stage 2 with none at all."""
     started = time.perf_counter()
-    first = with_negatives(examples, pool, teacher, config)
-    second = first if stage2 is None else with_negatives(stage2, pool, teacher, config)
+    first = mine_negatives(examples, pool, teacher, config)
+    second = first if stage2 is None else mine_negatives(stage2, pool, teacher, config)
     timings.mining = time.perf_counter() - started
     if config.stage2_steps > 0 and not any(e.negatives for e in second):
         raise UsageError(
@@ -464,31 +448,17 @@ def mine_stages(
     return first, second
 
 
-def with_negatives(
-    examples: Sequence[Example], pool: Sequence[Document], teacher: Embed, config: TrainConfig
-) -> list[Example]:
-    """Mine for the examples that carry no negatives of their own."""
-    if config.negatives <= 0 or all(e.negatives for e in examples):
-        return list(examples)
-    todo = [i for i, e in enumerate(examples) if not e.negatives]
-    mined = mine_negatives([examples[i] for i in todo], pool, teacher, config)
-    out = list(examples)
-    for i, example in zip(todo, mined, strict=True):
-        out[i] = example
-    return out
-
-
 def make_embedders(
     decoder: Any,
     latent: LatentAttentionModel,
     tokenizer: Any,
     config: TrainConfig,
     examples: Sequence[Example],
-    documents: Sequence[Document] | None,
-    stage2: Sequence[Example] | None,
+    documents: Sequence[Document],
     timings: Timings,
 ) -> tuple[Embed, Embed]:
-    """(trainable embed, teacher embed). Frozen decoder: fill the state cache first."""
+    """(trainable embed, teacher embed). Frozen decoder: the state cache is filled first with
+    every text of `examples` (both stages) and `documents`."""
     if config.lora_r > 0:
         return live_embed(decoder, latent, tokenizer, config.max_length), live_embed(
             decoder, None, tokenizer, config.max_length
@@ -497,11 +467,10 @@ def make_embedders(
     cache = StateCache(
         decoder, tokenizer, config.max_length, getattr(torch, config.cache_dtype), config.batch_size
     )
-    everything = [*examples, *(stage2 or [])]
-    for instruction in {e.instruction for e in everything}:
-        cache.fill([e.query for e in everything if e.instruction == instruction], instruction)
-    docs = [e.positive for e in everything] + [n for e in everything for n in e.negatives]
-    cache.fill(docs + [d.text for d in documents or []], config.document_instruction)
+    for instruction in {e.instruction for e in examples}:
+        cache.fill([e.query for e in examples if e.instruction == instruction], instruction)
+    docs = [e.positive for e in examples] + [n for e in examples for n in e.negatives]
+    cache.fill(docs + [d.text for d in documents], config.document_instruction)
     timings.cache = time.perf_counter() - t0
     return cached_embed(cache, latent), cached_embed(cache, None)
 
@@ -516,23 +485,27 @@ def train_stages(
     timings: Timings,
     reporter: Reporter | None,
 ) -> list[float]:
-    """Stage 1 then stage 2 under the time budget; returns all step losses."""
+    """Stage 1 then stage 2 in the loop, each for its steps or until its part of the time
+    budget is spent; returns all step losses."""
     lora = [p for p in decoder.parameters() if p.requires_grad]
     groups = [{"params": list(latent.parameters()), "lr": config.lr}]
     groups += [{"params": lora, "lr": config.lora_lr}] if lora else []
     budget = config.max_seconds
     limits = (None, None) if budget is None else (budget * config.stage1_share, budget)
     stages = (
-        ("stage1", lambda b: stage1_loss(embed, b, config), first, config.stage1_steps),
-        ("stage2", lambda b: stage2_loss(embed, b, config), second, config.stage2_steps),
+        ("stage1", stage1_loss, first, config.stage1_steps),
+        ("stage2", stage2_loss, second, config.stage2_steps),
     )
     losses: list[float] = []
-    for (name, loss_fn, data, steps), limit in zip(stages, limits, strict=True):
-        left = None if limit is None else limit - sum(timings.stages.values())
+    for (name, stage_loss, data, steps), limit in zip(stages, limits, strict=True):
+        minutes = None if limit is None else (limit - sum(timings.stages.values())) / 60
         if reporter is not None:
             reporter.status(f"NV-Embed {name}: {steps} steps")
+        loss = partial(stage_loss, embed, config=config)
+        recipe = Recipe(groups, stage_batches(data, config.batch_size, config.seed), loss)
+        settings = LoopSettings(steps, config.lr, max_minutes=minutes, seed=config.seed)
         t0 = time.perf_counter()
-        done = run_stage(loss_fn, data, groups, steps, left, config, reporter)
+        done = run_loop(recipe, settings, reporter).losses
         timings.stages[name], timings.steps[name] = time.perf_counter() - t0, len(done)
         losses += done
     return losses

@@ -24,7 +24,7 @@ from docsearch.encoders.llm2vec import LLM2VecEncoder
 from docsearch.errors import UsageError
 from docsearch.training.loop import LoopSettings, Recipe, Reporter, TrainResult, run_loop
 from docsearch.training.losses import simcse
-from docsearch.training.mntp import encoder_settings, finish_recipe
+from docsearch.training.mntp import ENCODER_SETTINGS, finish_recipe
 from docsearch.training.trainer import llm2vec_lora
 
 
@@ -68,7 +68,7 @@ def train_simcse(
         doc_max_length=max_length, document_instruction="", skip_instruction=True,
         dtype=str(dtype).removeprefix("torch."),
     )  # fmt: skip
-    trainable = llm2vec_lora(encoder, options, r, alpha, settings=encoder_settings())
+    trainable = llm2vec_lora(encoder, options, r, alpha, settings=ENCODER_SETTINGS)
     set_attention_dropout(trainable.module, dropout)
     trainable.module.train()
     order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed)).tolist()

@@ -15,6 +15,7 @@ Not here: the loop, the run around it (data, evaluation, saving: `finetune.py`),
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -76,10 +77,9 @@ class TrainSettings:
             raise UsageError("negatives must be >= 0, steps >= 1 and epochs > 0")
 
     def planned_steps(self, n_pairs: int) -> int:
-        per_step = self.batch_size * self.grad_accum
         if self.steps is not None:
             return self.steps
-        return max(1, math.ceil(self.epochs * n_pairs / per_step))
+        return max(1, math.ceil(self.epochs * n_pairs / (self.batch_size * self.grad_accum)))
 
     def loop_settings(self, planned: int, lr: float, bf16: bool) -> LoopSettings:
         return LoopSettings(
@@ -172,27 +172,18 @@ def llm2vec_lora(
 # Batches and losses
 
 
-class PairOrder:
-    """An endless stream of pair indices, reshuffled every epoch.
+def pair_order(n: int, seed: int, start: int, size: int) -> list[int]:
+    """Pair indices at positions [start, start + size) of an endless stream reshuffled every
+    epoch. Position p maps to a pair through (seed, epoch) alone, so a resumed run sees the
+    batches an uninterrupted run would have seen."""
+    return [epoch_order(n, seed, p // n)[p % n] for p in range(start, start + size)]
 
-    Position p maps to a pair through (seed, epoch) alone, so a resumed run sees the batches an
-    uninterrupted run would have seen.
-    """
 
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.seed = n, seed
-        self._epoch, self._order = -1, list(range(n))
-
-    def at(self, position: int) -> int:
-        epoch, offset = divmod(position, self.n)
-        if epoch != self._epoch:
-            self._order = list(range(self.n))
-            random.Random(self.seed * 1_000_003 + epoch).shuffle(self._order)
-            self._epoch = epoch
-        return self._order[offset]
-
-    def batch(self, start: int, size: int) -> list[int]:
-        return [self.at(p) for p in range(start, start + size)]
+@functools.lru_cache(maxsize=2)  # positions come in order: the last epochs suffice
+def epoch_order(n: int, seed: int, epoch: int) -> tuple[int, ...]:
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return tuple(order)
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -221,10 +212,8 @@ def in_batch_labels(pairs: Sequence[Pair], relevant: Mapping[str, set[str]] | No
     columns: list[tuple[int, str | None, bool]] = []  # (pair, document id, positive?)
     for i, p in enumerate(pairs):
         known = len(p.negative_docs) == len(p.negatives)  # pairs saved before the field: unknown
-        columns.append((i, p.doc_id, True))
-        columns += [
-            (i, p.negative_docs[j] if known else None, False) for j in range(len(p.negatives))
-        ]
+        docs = p.negative_docs if known else (None,) * len(p.negatives)
+        columns += [(i, p.doc_id, True), *((i, doc, False) for doc in docs)]
     labels = torch.full((len(pairs), len(columns)), float("nan"))
     for i, pair in enumerate(pairs):
         own = relevant.get(pair.query, {pair.doc_id}) if relevant is not None else None
@@ -258,12 +247,11 @@ def mnrl_loss(embed: Embed, pairs: Sequence[Pair], size: int, scale: float) -> t
 def pairs_recipe(trainable: Trainable, pairs: Sequence[Pair], settings: TrainSettings) -> Recipe:
     """The loop's recipe: step s trains on pairs [s * B, (s + 1) * B) of the endless order,
     B = batch_size x grad_accum, in micro-batches of batch_size (one GradCache batch for mnrl)."""
-    order = PairOrder(len(pairs), settings.seed)
-    relevant = relevant_docs(pairs) if settings.in_batch else None
+    relevant = relevant_docs((p.query, p.doc_id) for p in pairs) if settings.in_batch else None
     size, embed, s = settings.batch_size * settings.grad_accum, trainable.encoder.embed, settings
 
     def batches(step: int) -> list[Sequence[Pair]]:
-        batch = [pairs[i] for i in order.batch(step * size, size)]
+        batch = [pairs[i] for i in pair_order(len(pairs), s.seed, step * size, size)]
         return [batch] if s.loss == "mnrl" else list(chunks(batch, s.batch_size))
 
     def loss(part: Sequence[Pair]) -> torch.Tensor:
