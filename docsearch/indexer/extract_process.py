@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import io
 import logging
+import logging.handlers
 import os
 import pickle
 import select
@@ -39,20 +40,10 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGES = 3  # per file; a broken PDF can log the same complaint thousands of times
 _HEADER = struct.Struct("<QQ")  # pickled part, raw bytes part
-_TIMED_OUT = object()
 
 
 # ---------------------------------------------------------------------------------------------
 # Messages from third-party code
-
-
-class _Collect(logging.Handler):
-    def __init__(self, into: list[str]) -> None:
-        super().__init__(logging.WARNING)
-        self.into = into
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.into.append(f"{record.name.split('.')[0]}: {record.getMessage()}")
 
 
 @contextlib.contextmanager
@@ -64,7 +55,8 @@ def captured_messages() -> Iterator[list[str]]:
     have its messages counted here too.
     """
     messages: list[str] = []
-    handler = _Collect(messages)
+    handler = logging.handlers.BufferingHandler(sys.maxsize)  # never flushes: it keeps them all
+    handler.setLevel(logging.WARNING)
     root = logging.getLogger()
     printed = io.StringIO()
     root.addHandler(handler)
@@ -78,6 +70,7 @@ def captured_messages() -> Iterator[list[str]]:
             yield messages
     finally:
         root.removeHandler(handler)
+        messages.extend(f"{r.name.split('.')[0]}: {r.getMessage()}" for r in handler.buffer)
         messages.extend(str(w.message) for w in caught)
         messages.extend(line for line in printed.getvalue().splitlines() if line.strip())
         messages[:] = summarise(messages)
@@ -182,18 +175,9 @@ class ExtractionProcess:
             child = self._running()
             try:
                 reply = self._ask(child, (str(path), display_path, limits), data, limits.seconds)
-            except BaseException:  # Ctrl-C mid-exchange: this child's next reply would be stale
+            except BaseException:  # no reply, or Ctrl-C mid-exchange: its next one would be stale
                 self._forget(child)
                 raise
-            if reply is _TIMED_OUT or reply is None:
-                self._forget(child)
-            if reply is _TIMED_OUT:
-                raise ExtractionError(
-                    f"extracting took longer than {limits.seconds:g} s; "
-                    "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
-                )
-            if reply is None:
-                raise ExtractionError(_died(child.returncode))
         if reply[0] == "ok":
             return reply[1]
         raise ExtractionError(reply[1], warnings=reply[2])
@@ -208,20 +192,26 @@ class ExtractionProcess:
                 with contextlib.suppress(OSError):
                     pipe.close()
 
-    @staticmethod
-    def _ask(child: subprocess.Popen[bytes], request: object, data: bytes, seconds: float) -> Any:
-        """The child's reply; None if it died, _TIMED_OUT if none came within `seconds`."""
+    def _ask(
+        self, child: subprocess.Popen[bytes], request: object, data: bytes, seconds: float
+    ) -> Any:
+        """The child's reply; ExtractionError if none comes within `seconds` or the child dies."""
         assert child.stdin is not None and child.stdout is not None
         try:
             _send(child.stdin, request, data)
             # A select, not a timer thread: a thread per file cost as much as the rest together.
-            readable, _, _ = select.select([child.stdout], [], [], seconds)
-            if not readable:
-                return _TIMED_OUT
+            if not select.select([child.stdout], [], [], seconds)[0]:
+                raise ExtractionError(
+                    f"extracting took longer than {seconds:g} s; "
+                    "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
+                )
             frame = _receive(child.stdout)
         except OSError:  # BrokenPipeError included: the child is gone
-            return None
-        return None if frame is None else frame[0]
+            frame = None
+        if frame is None:
+            self._forget(child)  # reaped first, so that its exit status is known
+            raise ExtractionError(_died(child.returncode))
+        return frame[0]
 
     def _running(self) -> subprocess.Popen[bytes]:
         if self._child is None or self._child.poll() is not None:
