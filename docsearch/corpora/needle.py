@@ -40,9 +40,7 @@ def choose_haystacks(
     if passages < 1:
         raise UsageError("a haystack needs at least one passage")
     rng = random.Random(seed)
-    candidates = sorted(
-        q for q in source.queries if any(g > 0 for g in source.qrels.get(q, {}).values())
-    )
+    candidates = sorted(q for q in source.queries if source.relevant(q))
     rng.shuffle(candidates)
     chosen: dict[str, str] = {}  # query -> needle
     for qid in candidates:
@@ -51,7 +49,7 @@ def choose_haystacks(
             chosen[qid] = needle
         if len(chosen) == queries:
             break
-    relevant = {d for q in chosen for d, g in source.qrels[q].items() if g > 0}
+    relevant = {d for q in chosen for d in source.relevant(q)}
     pool = sorted(set(source.corpus) - relevant)
     need = len(chosen) * (passages - 1)
     if not chosen or (passages > 1 and not pool):
