@@ -80,14 +80,9 @@ def needle_sets(
     stacks = choose_haystacks(source, passages, queries, seed)
     sets = []
     for position in range(1, passages + 1):
-        corpus: dict[str, CorpusDoc] = {}
-        offsets = []
-        for stack in stacks:
-            text, offset = haystack_text(source, stack, position)
-            doc_id = f"haystack-{stack.query_id}"
-            corpus[doc_id] = CorpusDoc(doc_id, "", text)
-            offsets.append(offset)
-        mean_offset = sum(offsets) // len(offsets)
+        placed = {f"haystack-{s.query_id}": haystack_text(source, s, position) for s in stacks}
+        corpus = {doc_id: CorpusDoc(doc_id, "", text) for doc_id, (text, _) in placed.items()}
+        mean_offset = sum(offset for _, offset in placed.values()) // len(placed)
         sets.append(
             RetrievalSet(
                 name=f"needle/{source.name}@{position}",

@@ -110,9 +110,8 @@ def file_too_big(size: int, limits: Limits, what: str = "the file") -> Extractio
 
 def text_too_big(size: int, limits: Limits, what: str, unit: str = "characters") -> ExtractionError:
     """The refusal of a text over `max_text_mb` (`unit`: what `size` counts)."""
-    shown = _shown(size, unit)
     return ExtractionError(
-        f"{what} is {shown}, over the {limits.max_text_mb:g} MB text limit; "
+        f"{what} is {_shown(size, unit)}, over the {limits.max_text_mb:g} MB text limit; "
         "set DOCSEARCH_MAX_TEXT_MB higher to index it"
     )
 
