@@ -24,7 +24,6 @@ import os
 import pickle
 import select
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -39,7 +38,6 @@ from docsearch.indexer.extract import Document, Limits, describe, extract
 log = logging.getLogger(__name__)
 
 MAX_MESSAGES = 3  # per file; a broken PDF can log the same complaint thousands of times
-_HEADER = struct.Struct("<QQ")  # pickled part, raw bytes part
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,35 +96,25 @@ def extract_capturing(path: Path, data: bytes, display_path: str, limits: Limits
 
 
 # ---------------------------------------------------------------------------------------------
-# Frames on a pipe: a length header, a pickle, raw bytes (the file is not copied into a pickle)
+# Messages on the pipes are pickles. Pickle writes a large bytes object straight to the pipe and
+# reads it straight into one, so a file's bytes are not copied on the way.
+_GONE = (OSError, EOFError, pickle.UnpicklingError)  # the other side closed its end or died
 
 
-def _send(out: IO[bytes], obj: object, raw: bytes = b"") -> None:
-    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    out.write(_HEADER.pack(len(blob), len(raw)))
-    out.write(blob)
-    out.write(raw)
+def _send(out: IO[bytes], message: object) -> None:
+    pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)
     out.flush()
 
 
-def _receive(inp: IO[bytes]) -> tuple[Any, bytes] | None:
-    """The next frame, or None at end of stream (the other side is gone)."""
-    header = inp.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    size, raw_size = _HEADER.unpack(header)
-    blob, raw = inp.read(size), inp.read(raw_size)
-    if len(blob) < size or len(raw) < raw_size:
-        return None
-    return pickle.loads(blob), raw  # noqa: S301 - frames come from our own process pair
+def _receive(inp: IO[bytes]) -> Any:
+    return pickle.load(inp)  # noqa: S301 - messages come from our own process pair
 
 
 # ---------------------------------------------------------------------------------------------
 # The child
 
 
-def _child_reply(request: tuple[str, str, Limits], data: bytes) -> tuple[Any, ...]:
-    path, display_path, limits = request
+def _child_reply(path: str, display_path: str, limits: Limits, data: bytes) -> tuple[Any, ...]:
     try:
         return ("ok", extract_capturing(Path(path), data, display_path, limits))
     except ExtractionError as exc:
@@ -142,9 +130,12 @@ def child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever a C library writes to stdout must not land in the replies
-    requests = sys.stdin.buffer
-    while (frame := _receive(requests)) is not None:
-        _send(replies, _child_reply(*frame))
+    while True:
+        try:
+            request = _receive(sys.stdin.buffer)
+        except _GONE:
+            return
+        _send(replies, _child_reply(*request))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,7 +165,7 @@ class ExtractionProcess:
         with self._lock:
             child = self._running()
             try:
-                reply = self._ask(child, (str(path), display_path, limits), data, limits.seconds)
+                reply = self._ask(child, (str(path), display_path, limits, data), limits.seconds)
             except BaseException:  # no reply, or Ctrl-C mid-exchange: its next one would be stale
                 self._forget(child)
                 raise
@@ -192,26 +183,21 @@ class ExtractionProcess:
                 with contextlib.suppress(OSError):
                     pipe.close()
 
-    def _ask(
-        self, child: subprocess.Popen[bytes], request: object, data: bytes, seconds: float
-    ) -> Any:
+    def _ask(self, child: subprocess.Popen[bytes], request: object, seconds: float) -> Any:
         """The child's reply; ExtractionError if none comes within `seconds` or the child dies."""
         assert child.stdin is not None and child.stdout is not None
         try:
-            _send(child.stdin, request, data)
+            _send(child.stdin, request)
             # A select, not a timer thread: a thread per file cost as much as the rest together.
             if not select.select([child.stdout], [], [], seconds)[0]:
                 raise ExtractionError(
                     f"extracting took longer than {seconds:g} s; "
                     "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
                 )
-            frame = _receive(child.stdout)
-        except OSError:  # BrokenPipeError included: the child is gone
-            frame = None
-        if frame is None:
+            return _receive(child.stdout)
+        except _GONE:
             self._forget(child)  # reaped first, so that its exit status is known
-            raise ExtractionError(_died(child.returncode))
-        return frame[0]
+            raise ExtractionError(_died(child.returncode)) from None
 
     def _running(self) -> subprocess.Popen[bytes]:
         if self._child is None or self._child.poll() is not None:
