@@ -63,9 +63,13 @@ class RetrievalSet:
     spans: list[AnswerSpan] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was selected or sampled, for reports
 
+    def relevant(self, qid: str) -> set[str]:
+        """The documents judged relevant to query `qid`."""
+        return {d for d, g in self.qrels.get(qid, {}).items() if g > 0}
+
     def judged(self) -> set[str]:
         """Documents relevant to at least one of the set's queries."""
-        return {d for qid in self.queries for d, g in self.qrels.get(qid, {}).items() if g > 0}
+        return {d for qid in self.queries for d in self.relevant(qid)}
 
     def select(self, split: str | None) -> RetrievalSet:
         """Only the queries of `split` ('all' or None: every query); the corpus is unchanged."""
@@ -84,7 +88,7 @@ class RetrievalSet:
                 f"use --split {DEFAULT_SPLIT} or a folder holding {split} queries"
             )
         note = f"split {split}: {len(keep)} of {len(self.queries)} queries"
-        return self._with(queries=keep, notes=[*self.notes, note])
+        return self._with(note, queries=keep)
 
     def subsample(self, max_docs: int | None, seed: int = 0) -> RetrievalSet:
         """Every judged document plus a seeded random sample of the rest, `max_docs` in all."""
@@ -99,7 +103,7 @@ class RetrievalSet:
             f"max-docs {max_docs}: {len(corpus)} of {len(self.corpus)} documents "
             f"({len(judged)} judged + {len(extra)} sampled, seed {seed})"
         )
-        return self._with(corpus=corpus, notes=[*self.notes, note])
+        return self._with(note, corpus=corpus)
 
     def sample_queries(self, max_queries: int | None, seed: int = 0) -> RetrievalSet:
         """A seeded random sample of `max_queries` queries (the corpus is unchanged)."""
@@ -109,27 +113,23 @@ class RetrievalSet:
         note = (
             f"max-queries {max_queries}: {len(keep)} of {len(self.queries)} queries (seed {seed})"
         )
-        queries = {q: t for q, t in self.queries.items() if q in keep}
-        return self._with(queries=queries, notes=[*self.notes, note])
+        return self._with(note, queries={q: t for q, t in self.queries.items() if q in keep})
 
     def about(self, docs: set[str]) -> RetrievalSet:
         """Only the queries whose relevant documents are all in `docs`."""
-        queries = {
-            q: t
-            for q, t in self.queries.items()
-            if {d for d, g in self.qrels.get(q, {}).items() if g > 0} <= docs
-        }
+        queries = {q: t for q, t in self.queries.items() if self.relevant(q) <= docs}
         if len(queries) == len(self.queries):
             return self
         note = f"{len(queries)} of {len(self.queries)} queries (those about the sampled documents)"
-        return self._with(queries=queries, notes=[*self.notes, note])
+        return self._with(note, queries=queries)
 
     def with_corpus(self, corpus: dict[str, CorpusDoc], note: str | None = None) -> RetrievalSet:
         """The same queries over another corpus (e.g. one subsampled for several query sets)."""
-        return self._with(corpus=corpus, notes=[*self.notes, *([note] if note else [])])
+        return self._with(note, corpus=corpus)
 
-    def _with(self, **changes: Any) -> RetrievalSet:
-        changed = replace(self, **changes)
+    def _with(self, note: str | None, **changes: Any) -> RetrievalSet:
+        """A copy with `changes` and `note` added to the notes; qrels and spans follow."""
+        changed = replace(self, notes=[*self.notes, *([note] if note else [])], **changes)
         keep_q, keep_d = set(changed.queries), set(changed.corpus)
         changed.qrels = {q: r for q, r in changed.qrels.items() if q in keep_q}
         changed.spans = [s for s in changed.spans if s.query_id in keep_q and s.doc_id in keep_d]
@@ -271,12 +271,7 @@ def _split_folder(folder: Path, split: str | None) -> bool:
     """Is `split` served by a sub-folder of that name (queries here carry no split field)?"""
     if not split or split in (DEFAULT_SPLIT, ALL_SPLITS) or not is_beir_folder(folder / split):
         return False
-    return not _has_split_field(folder / "queries.jsonl")
-
-
-def _has_split_field(path: Path) -> bool:
-    first = next(read_jsonl(path), {})
-    return "split" in first
+    return "split" not in next(read_jsonl(folder / "queries.jsonl"), {})
 
 
 def _display_name(folder: Path) -> str:
@@ -287,12 +282,8 @@ def _display_name(folder: Path) -> str:
 
 def drop_unjudged(rset: RetrievalSet) -> RetrievalSet:
     """Queries without a relevant document in the corpus cannot be scored (BEIR skips them too)."""
-    keep = {
-        q: t
-        for q, t in rset.queries.items()
-        if any(g > 0 and d in rset.corpus for d, g in rset.qrels.get(q, {}).items())
-    }
+    keep = {q: t for q, t in rset.queries.items() if rset.relevant(q) & rset.corpus.keys()}
     if len(keep) == len(rset.queries):
         return rset
     note = f"{len(rset.queries) - len(keep)} queries without a relevant document dropped"
-    return rset._with(queries=keep, notes=[*rset.notes, note])
+    return rset._with(note, queries=keep)

@@ -73,10 +73,7 @@ def loco_files(folder: Path) -> dict[str, list[Path]]:
 
 
 def is_loco_folder(folder: Path) -> bool:
-    if not folder.is_dir():
-        return False
-    files = loco_files(folder)
-    return bool(files["queries"] and files["documents"])
+    return folder.is_dir() and all(loco_files(folder).values())
 
 
 def _task_rows(paths: list[Path], task: str) -> Iterator[dict[str, Any]]:
@@ -92,7 +89,7 @@ def load_loco(folder: Path | str, task: str | None) -> RetrievalSet:
     if task not in TASKS:
         raise UsageError(f"choose a LoCoV1 task with --task: {', '.join(TASKS)}")
     files = loco_files(folder)
-    if not (files["queries"] and files["documents"]):
+    if not all(files.values()):
         raise DataFormatError(f"no LoCoV1 query and document files under {folder}")
     corpus = {
         str(r["pid"]): CorpusDoc(str(r["pid"]), "", str(r["passage"]))

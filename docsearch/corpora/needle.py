@@ -40,9 +40,7 @@ def choose_haystacks(
     if passages < 1:
         raise UsageError("a haystack needs at least one passage")
     rng = random.Random(seed)
-    candidates = sorted(
-        q for q in source.queries if any(g > 0 for g in source.qrels.get(q, {}).values())
-    )
+    candidates = sorted(q for q in source.queries if source.relevant(q))
     rng.shuffle(candidates)
     chosen: dict[str, str] = {}  # query -> needle
     for qid in candidates:
@@ -51,7 +49,7 @@ def choose_haystacks(
             chosen[qid] = needle
         if len(chosen) == queries:
             break
-    relevant = {d for q in chosen for d, g in source.qrels[q].items() if g > 0}
+    relevant = {d for q in chosen for d in source.relevant(q)}
     pool = sorted(set(source.corpus) - relevant)
     need = len(chosen) * (passages - 1)
     if not chosen or (passages > 1 and not pool):
@@ -82,14 +80,9 @@ def needle_sets(
     stacks = choose_haystacks(source, passages, queries, seed)
     sets = []
     for position in range(1, passages + 1):
-        corpus: dict[str, CorpusDoc] = {}
-        offsets = []
-        for stack in stacks:
-            text, offset = haystack_text(source, stack, position)
-            doc_id = f"haystack-{stack.query_id}"
-            corpus[doc_id] = CorpusDoc(doc_id, "", text)
-            offsets.append(offset)
-        mean_offset = sum(offsets) // len(offsets)
+        placed = {f"haystack-{s.query_id}": haystack_text(source, s, position) for s in stacks}
+        corpus = {doc_id: CorpusDoc(doc_id, "", text) for doc_id, (text, _) in placed.items()}
+        mean_offset = sum(offset for _, offset in placed.values()) // len(placed)
         sets.append(
             RetrievalSet(
                 name=f"needle/{source.name}@{position}",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 from docsearch.indexer.extract import Document
@@ -62,6 +62,7 @@ _PART = re.compile(
 )
 _NUMBERED = re.compile(r"^(?:(?:Section|SECTION|§)\s*)?(\d{1,3}(?:\.\d{1,3}){0,4})[.)]?\s+[A-Z(]")
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9§])")
+_BREAKS = (re.compile(r"\n[ \t]*\n"), "\n", _SENTENCE_END)  # paragraphs, lines, sentences
 
 
 def heading_level(line: str) -> int:
@@ -93,11 +94,9 @@ def heading_title(line: str) -> str:
 
 
 def _strip(text: str, span: Span) -> Span | None:
-    start, end = span.start, span.end
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
+    piece = text[span.start : span.end]
+    start = span.start + len(piece) - len(piece.lstrip())
+    end = span.start + len(piece.rstrip())
     return Span(start, end) if end > start else None
 
 
@@ -108,35 +107,36 @@ def _cut(text: str, span: Span, offsets: list[int]) -> list[Span]:
     return [p for p in pieces if p is not None]
 
 
-def _line_starts(text: str, span: Span) -> list[int]:
-    starts = [span.start] + [m.end() for m in re.finditer("\n", text[span.start : span.end])]
-    return [s if i == 0 else span.start + s for i, s in enumerate(starts)]
+def _ends(pattern: str | re.Pattern[str], text: str, span: Span) -> list[int]:
+    """The absolute offsets where matches of `pattern` inside `span` end."""
+    return [span.start + m.end() for m in re.finditer(pattern, text[span.start : span.end])]
+
+
+def _headings(text: str, span: Span) -> Iterator[tuple[int, int, str]]:
+    """(start, depth, line) of each heading line in `span`."""
+    for start in [span.start, *_ends("\n", text, span)]:
+        end = text.find("\n", start, span.end)
+        line = text[start : span.end if end < 0 else end]
+        if depth := heading_level(line):
+            yield start, depth, line
 
 
 def split_at_headings(text: str, span: Span, level: int) -> list[Span]:
     """Cut before every line that is a heading of depth <= `level`."""
-    cuts = []
-    for start in _line_starts(text, span):
-        end = text.find("\n", start, span.end)
-        line = text[start : span.end if end < 0 else end]
-        depth = heading_level(line)
-        if 0 < depth <= level:
-            cuts.append(start)
-    return _cut(text, span, cuts)
+    return _cut(text, span, [start for start, depth, _ in _headings(text, span) if depth <= level])
 
 
-def split_paragraphs(text: str, span: Span) -> list[Span]:
-    chunk = text[span.start : span.end]
-    return _cut(text, span, [span.start + m.end() for m in re.finditer(r"\n[ \t]*\n", chunk)])
+def split_after(pattern: str | re.Pattern[str], text: str, span: Span) -> list[Span]:
+    """Cut after each match of `pattern`: paragraph breaks, line ends, sentence ends."""
+    return _cut(text, span, _ends(pattern, text, span))
 
 
 def split_lines(text: str, span: Span) -> list[Span]:
-    return _cut(text, span, _line_starts(text, span))
+    return split_after("\n", text, span)
 
 
 def split_sentences(text: str, span: Span) -> list[Span]:
-    chunk = text[span.start : span.end]
-    return _cut(text, span, [span.start + m.end() for m in _SENTENCE_END.finditer(chunk)])
+    return split_after(_SENTENCE_END, text, span)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,12 +168,8 @@ class Chunker:
     def _split(self, text: str, span: Span, level: int) -> list[Span]:
         if level < 6:
             return split_at_headings(text, span, level + 1)
-        if level == 6:
-            return split_paragraphs(text, span)
-        if level == 7:
-            return split_lines(text, span)
-        if level == 8:
-            return split_sentences(text, span)
+        if level < 9:
+            return split_after(_BREAKS[level - 6], text, span)
         return self._split_tokens(text, span)
 
     def _fit(
@@ -263,12 +259,11 @@ class Chunker:
         self, doc: Document, text: str, windows: list[list[tuple[Span, int]]]
     ) -> list[Chunk]:
         spans, counts = self._within_budget(text, windows)
-        texts = [text[s.start : s.end] for s in spans]
         headings = HeadingIndex(text)
         return [
             Chunk(
                 ordinal=i,
-                text=chunk_text,
+                text=text[span.start : span.end],
                 char_start=span.start,
                 char_end=span.end,
                 page_start=doc.page_at(span.start),
@@ -277,7 +272,7 @@ class Chunker:
                 n_tokens=n,
                 truncated=n > self.settings.max_tokens,
             )
-            for i, (span, chunk_text, n) in enumerate(zip(spans, texts, counts, strict=True))
+            for i, (span, n) in enumerate(zip(spans, counts, strict=True))
         ]
 
 
@@ -287,15 +282,11 @@ class HeadingIndex:
     def __init__(self, text: str) -> None:
         self._marks: list[tuple[int, str]] = []  # (offset, "A > B > C")
         stack: list[tuple[int, str]] = []
-        for start in _line_starts(text, Span(0, len(text))):
-            end = text.find("\n", start)
-            line = text[start : len(text) if end < 0 else end]
-            level = heading_level(line)
-            if level:
-                while stack and stack[-1][0] >= level:
-                    stack.pop()
-                stack.append((level, heading_title(line)))
-                self._marks.append((start, " > ".join(t for _, t in stack)))
+        for start, level, line in _headings(text, Span(0, len(text))):
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, heading_title(line)))
+            self._marks.append((start, " > ".join(t for _, t in stack)))
         self._starts = [start for start, _ in self._marks]
 
     def path_at(self, offset: int) -> str:

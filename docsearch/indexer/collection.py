@@ -59,10 +59,9 @@ def make_chunker(encoder: Encoder | None, settings: ChunkerSettings) -> Chunker:
 
 
 def load_encoder(
-    name: str | None, options: dict[str, Any], default: str, runtime: dict[str, Any] | None = None
+    name: str | None, options: dict[str, Any], default: str, runtime: dict[str, Any]
 ) -> Encoder | None:
     """The requested encoder; the default one, or None (lexical) if the default cannot run."""
-    runtime = runtime or {}
     if name == LEXICAL_ONLY:
         return None
     if name is not None:
@@ -89,42 +88,30 @@ def prepare(
     """Open (checking compatibility) or create the collection `name`, with its encoder.
 
     A new collection takes `encoder_name` (None: the settings' default encoder, with the
-    settings' model) and the settings' chunk cap and overlap. A collection whose creation was
+    settings' model) and the settings' chunk cap and overlap. An existing one keeps its own
+    encoder; a different explicit request is refused. A collection whose creation was
     interrupted counts as new: creating it repairs it.
     """
     options = settings.with_default_model(encoder_name, options)
+    runtime = runtime or {}
     complete, _ = survey(db)
-    if name in complete:
-        store = Store.open(db, name)
-        encoder = _existing_encoder(store, encoder_name, options, runtime or {})
+    if name not in complete:
+        encoder = load_encoder(encoder_name, options, settings.encoder, runtime)
+        chunking = ChunkerSettings(chunk_budget(encoder, settings.max_tokens), settings.overlap)
+        meta = CollectionMeta(_spec(encoder), chunking.as_dict(), source=source)
         return Prepared(
-            store, encoder, make_chunker(encoder, ChunkerSettings(**store.meta.chunker))
+            Store.open_or_create(db, name, meta), encoder, make_chunker(encoder, chunking)
         )
-    encoder = load_encoder(encoder_name, options, settings.encoder, runtime)
-    chunking = ChunkerSettings(chunk_budget(encoder, settings.max_tokens), settings.overlap)
-    meta = CollectionMeta(
-        encoder=encoder.spec() if encoder else None, chunker=chunking.as_dict(), source=source
-    )
-    store = Store.open_or_create(db, name, meta)
-    return Prepared(store, encoder, make_chunker(encoder, chunking))
-
-
-def _existing_encoder(
-    store: Store, encoder_name: str | None, options: dict[str, Any], runtime: dict[str, Any]
-) -> Encoder | None:
-    """The collection's own encoder; a different explicit request is refused."""
+    store = Store.open(db, name)
     if encoder_name is not None:
-        requested = (
-            None
-            if encoder_name == LEXICAL_ONLY
-            else get_encoder(encoder_name, **options, **runtime)
-        )
-        store.check_compatible(
-            CollectionMeta(
-                encoder=requested.spec() if requested else None, chunker=store.meta.chunker
-            )
-        )
-        return requested
-    if store.meta.encoder is None:
-        return None
-    return encoder_from_spec(store.meta.encoder, **runtime)
+        encoder = load_encoder(encoder_name, options, settings.encoder, runtime)
+        store.check_compatible(CollectionMeta(_spec(encoder), store.meta.chunker))
+    elif store.meta.encoder is not None:
+        encoder = encoder_from_spec(store.meta.encoder, **runtime)
+    else:
+        encoder = None
+    return Prepared(store, encoder, make_chunker(encoder, ChunkerSettings(**store.meta.chunker)))
+
+
+def _spec(encoder: Encoder | None) -> dict[str, Any] | None:
+    return encoder.spec() if encoder else None

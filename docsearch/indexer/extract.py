@@ -12,17 +12,15 @@ this module in a child process), OCR of scanned pages (reported, not guessed), l
 
 from __future__ import annotations
 
-import logging
 import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 
 from docsearch.defaults import DEFAULT_EXTRACT_SECONDS, DEFAULT_MAX_FILE_MB, DEFAULT_MAX_TEXT_MB
 from docsearch.errors import ExtractionError
-
-log = logging.getLogger(__name__)
 
 PAGE_SEPARATOR = "\n\n"
 MB = 1_000_000
@@ -61,6 +59,14 @@ def build_document(path: str, title: str, page_texts: list[str]) -> Document:
         pages.append(Page(number, text, offset))
         offset += len(text) + len(PAGE_SEPARATOR)
     return Document(path, title, pages)
+
+
+def _document(path: Path, title: str, page_texts: list[str], warnings: list[str]) -> Document:
+    """A file's Document; without a title of its own, its first line (or its name) is one."""
+    doc = build_document(str(path), title, page_texts)
+    doc.title = title or _title_from_text(doc.text, path.stem)
+    doc.warnings.extend(warnings)
+    return doc
 
 
 @dataclass(frozen=True)
@@ -104,9 +110,8 @@ def file_too_big(size: int, limits: Limits, what: str = "the file") -> Extractio
 
 def text_too_big(size: int, limits: Limits, what: str, unit: str = "characters") -> ExtractionError:
     """The refusal of a text over `max_text_mb` (`unit`: what `size` counts)."""
-    shown = _shown(size, unit)
     return ExtractionError(
-        f"{what} is {shown}, over the {limits.max_text_mb:g} MB text limit; "
+        f"{what} is {_shown(size, unit)}, over the {limits.max_text_mb:g} MB text limit; "
         "set DOCSEARCH_MAX_TEXT_MB higher to index it"
     )
 
@@ -126,7 +131,7 @@ def decode_text(data: bytes, warnings: list[str] | None = None) -> str:
         raise ExtractionError("empty file")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         return _drop_nuls(data.decode("utf-16"), warnings)
-    if _control_bytes(data) > 0.05 * len(data):
+    if len(data.translate(None, _NOT_CONTROL)) > 0.05 * len(data):  # C speed, whole file
         raise ExtractionError("binary content (NUL or control bytes) in a text file")
     try:
         text = data.decode("utf-8-sig")
@@ -139,14 +144,9 @@ def decode_text(data: bytes, warnings: list[str] | None = None) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-# Bytes below 0x20 other than tab, newline, form feed and carriage return. In UTF-8 they never
-# occur inside a multi-byte character, so counting bytes counts characters.
-_CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\f\r")
-_NOT_CONTROL = bytes(b for b in range(256) if b not in _CONTROL_BYTES)
-
-
-def _control_bytes(data: bytes) -> int:
-    return len(data.translate(None, _NOT_CONTROL))  # C speed, whole file
+# Control bytes are those below 0x20 other than tab, newline, form feed and carriage return. In
+# UTF-8 they never occur inside a multi-byte character, so counting bytes counts characters.
+_NOT_CONTROL = bytes(b for b in range(256) if b >= 32 or b in b"\t\n\f\r")
 
 
 def _drop_nuls(text: str, warnings: list[str] | None) -> str:
@@ -173,10 +173,7 @@ def extract_text(path: Path, data: bytes, limits: Limits) -> Document:
     warnings: list[str] = []
     text = decode_text(data, warnings)
     # Form feeds are page breaks in text exports of paginated documents.
-    pages = text.split("\f") if "\f" in text else [text]
-    doc = build_document(str(path), _title_from_text(text, path.stem), pages)
-    doc.warnings.extend(warnings)
-    return doc
+    return _document(path, "", text.split("\f"), warnings)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,12 +204,11 @@ def _pdf_reader(path: Path, data: bytes):  # type: ignore[no-untyped-def]
     return reader
 
 
-def _pdf_title(reader, fallback: str) -> str:  # type: ignore[no-untyped-def]
+def _pdf_title(reader) -> str:  # type: ignore[no-untyped-def]
     try:
-        title = (reader.metadata or {}).get("/Title")
+        return str((reader.metadata or {}).get("/Title") or "").strip()
     except Exception:  # noqa: BLE001 - broken info dicts are common and harmless
-        title = None
-    return str(title).strip() if title and str(title).strip() else fallback
+        return ""
 
 
 def _page_text(page) -> str:  # type: ignore[no-untyped-def]
@@ -248,25 +244,15 @@ def extract_pdf(path: Path, data: bytes, limits: Limits) -> Document:
         raise ExtractionError(
             f"no text layer on any of {len(page_texts)} pages (scanned?); OCR it first"
         )
-    doc = build_document(str(path), "", page_texts)
-    doc.title = _pdf_title(reader, _title_from_text(doc.text, path.stem))
-    if blank:
-        doc.warnings.append(f"pages without a text layer (scanned?): {_ranges(blank)}")
-    return doc
+    warnings = [f"pages without a text layer (scanned?): {_ranges(blank)}"] if blank else []
+    return _document(path, _pdf_title(reader), page_texts, warnings)
 
 
 def _ranges(numbers: list[int]) -> str:
     """[1, 2, 3, 7] -> '1-3, 7'."""
-    out: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(f"{start}-{prev}" if prev != start else str(start))
-        if n is not None:
-            start = prev = n
-    return ", ".join(out)
+    # Numbers in one run of consecutive numbers all lie the same distance from their index.
+    runs = [[n for _, n in run] for _, run in groupby(enumerate(numbers), lambda p: p[1] - p[0])]
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,21 +271,9 @@ _BLOCK_TAGS = frozenset(
 _INVISIBLE_TAGS = frozenset(["head", "script", "style", "noscript", "template"])
 
 
-class _BlockWriter:
-    """Collects text strings and cuts them into blocks; a heading's block gets '#' marks."""
-
-    def __init__(self) -> None:
-        self.blocks: list[str] = []
-        self._strings: list[str] = []
-
-    def add(self, text: str) -> None:
-        self._strings.append(text)
-
-    def cut(self, heading_level: int) -> None:
-        text = " ".join(" ".join(self._strings).split())
-        self._strings = []
-        if text:
-            self.blocks.append(f"{'#' * heading_level} {text}" if heading_level else text)
+def _marked(text: str, heading_level: int) -> str:
+    """A block of text, with '#' marks when it is a heading."""
+    return f"{'#' * heading_level} {text}" if heading_level else text
 
 
 def _html_blocks(soup) -> list[str]:  # type: ignore[no-untyped-def]
@@ -310,7 +284,14 @@ def _html_blocks(soup) -> list[str]:  # type: ignore[no-untyped-def]
     """
     from bs4 import CData, NavigableString, Tag
 
-    out = _BlockWriter()
+    blocks: list[str] = []
+    strings: list[str] = []  # the text of the block being read
+
+    def cut(heading_level: int) -> None:
+        if text := " ".join(" ".join(strings).split()):
+            blocks.append(_marked(text, heading_level))
+        strings.clear()
+
     stack = [(soup, iter(soup.contents), 0)]  # (element, its remaining children, heading level)
     while stack:
         element, children, level = stack[-1]
@@ -318,19 +299,19 @@ def _html_blocks(soup) -> list[str]:  # type: ignore[no-untyped-def]
         if child is None:  # the element ends
             stack.pop()
             if element is not soup and element.name in _BLOCK_TAGS:
-                out.cut(level)
+                cut(level)
             continue
         if isinstance(child, Tag):
             if child.name in _INVISIBLE_TAGS:
                 continue
             if child.name in _BLOCK_TAGS:
-                out.cut(level)  # what came before belongs to the enclosing block
+                cut(level)  # what came before belongs to the enclosing block
                 level = _HEADING_LEVELS.get(child.name, 0)
             stack.append((child, iter(child.contents), level))
         elif type(child) in (NavigableString, CData):  # not comments, doctypes, scripts
-            out.add(child)
-    out.cut(0)
-    return out.blocks
+            strings.append(child)
+    cut(0)
+    return blocks
 
 
 def extract_html(path: Path, data: bytes, limits: Limits) -> Document:
@@ -343,9 +324,7 @@ def extract_html(path: Path, data: bytes, limits: Limits) -> Document:
         raise ExtractionError("HTML without visible text")
     title_tag = soup.find("title")
     title = " ".join(title_tag.get_text().split()) if title_tag else ""
-    doc = build_document(str(path), title or _title_from_text(text, path.stem), [text])
-    doc.warnings.extend(warnings)
-    return doc
+    return _document(path, title, [text], warnings)
 
 
 def _docx_heading_level(style_name: str) -> int:
@@ -385,12 +364,11 @@ def extract_docx(path: Path, data: bytes, limits: Limits) -> Document:
         document = docx.Document(io.BytesIO(data))
     except Exception as exc:  # noqa: BLE001 - bad XML, missing parts, wrong content types...
         raise ExtractionError(f"corrupt DOCX: {describe(exc)}") from exc
-    blocks = []
-    for para in document.paragraphs:
-        text = para.text.strip()
-        if text:
-            level = _docx_heading_level(para.style.name if para.style else "")
-            blocks.append(("#" * level + " " + text) if level else text)
+    blocks = [
+        _marked(para.text.strip(), _docx_heading_level(para.style.name if para.style else ""))
+        for para in document.paragraphs
+        if para.text.strip()
+    ]
     for table in document.tables:
         for row in table.rows:
             cells = [c.text.strip() for c in row.cells if c.text.strip()]
@@ -399,19 +377,14 @@ def extract_docx(path: Path, data: bytes, limits: Limits) -> Document:
     text = "\n\n".join(blocks)
     if not text.strip():
         raise ExtractionError("DOCX without text")
-    title = (document.core_properties.title or "").strip()
-    return build_document(str(path), title or _title_from_text(text, path.stem), [text])
+    return _document(path, (document.core_properties.title or "").strip(), [text], [])
 
 
 # ---------------------------------------------------------------------------------------------
 
 EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
     ".pdf": extract_pdf,
-    ".txt": extract_text,
-    ".text": extract_text,
-    ".md": extract_text,
-    ".markdown": extract_text,
-    ".rst": extract_text,
+    **dict.fromkeys([".txt", ".text", ".md", ".markdown", ".rst"], extract_text),
     ".html": extract_html,
     ".htm": extract_html,
     ".docx": extract_docx,

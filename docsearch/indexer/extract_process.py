@@ -19,11 +19,11 @@ import atexit
 import contextlib
 import io
 import logging
+import logging.handlers
 import os
 import pickle
 import select
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -38,21 +38,10 @@ from docsearch.indexer.extract import Document, Limits, describe, extract
 log = logging.getLogger(__name__)
 
 MAX_MESSAGES = 3  # per file; a broken PDF can log the same complaint thousands of times
-_HEADER = struct.Struct("<QQ")  # pickled part, raw bytes part
-_TIMED_OUT = object()
 
 
 # ---------------------------------------------------------------------------------------------
 # Messages from third-party code
-
-
-class _Collect(logging.Handler):
-    def __init__(self, into: list[str]) -> None:
-        super().__init__(logging.WARNING)
-        self.into = into
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.into.append(f"{record.name.split('.')[0]}: {record.getMessage()}")
 
 
 @contextlib.contextmanager
@@ -64,7 +53,8 @@ def captured_messages() -> Iterator[list[str]]:
     have its messages counted here too.
     """
     messages: list[str] = []
-    handler = _Collect(messages)
+    handler = logging.handlers.BufferingHandler(sys.maxsize)  # never flushes: it keeps them all
+    handler.setLevel(logging.WARNING)
     root = logging.getLogger()
     printed = io.StringIO()
     root.addHandler(handler)
@@ -78,6 +68,7 @@ def captured_messages() -> Iterator[list[str]]:
             yield messages
     finally:
         root.removeHandler(handler)
+        messages.extend(f"{r.name.split('.')[0]}: {r.getMessage()}" for r in handler.buffer)
         messages.extend(str(w.message) for w in caught)
         messages.extend(line for line in printed.getvalue().splitlines() if line.strip())
         messages[:] = summarise(messages)
@@ -105,35 +96,25 @@ def extract_capturing(path: Path, data: bytes, display_path: str, limits: Limits
 
 
 # ---------------------------------------------------------------------------------------------
-# Frames on a pipe: a length header, a pickle, raw bytes (the file is not copied into a pickle)
+# Messages on the pipes are pickles. Pickle writes a large bytes object straight to the pipe and
+# reads it straight into one, so a file's bytes are not copied on the way.
+_GONE = (OSError, EOFError, pickle.UnpicklingError)  # the other side closed its end or died
 
 
-def _send(out: IO[bytes], obj: object, raw: bytes = b"") -> None:
-    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    out.write(_HEADER.pack(len(blob), len(raw)))
-    out.write(blob)
-    out.write(raw)
+def _send(out: IO[bytes], message: object) -> None:
+    pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)
     out.flush()
 
 
-def _receive(inp: IO[bytes]) -> tuple[Any, bytes] | None:
-    """The next frame, or None at end of stream (the other side is gone)."""
-    header = inp.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    size, raw_size = _HEADER.unpack(header)
-    blob, raw = inp.read(size), inp.read(raw_size)
-    if len(blob) < size or len(raw) < raw_size:
-        return None
-    return pickle.loads(blob), raw  # noqa: S301 - frames come from our own process pair
+def _receive(inp: IO[bytes]) -> Any:
+    return pickle.load(inp)  # noqa: S301 - messages come from our own process pair
 
 
 # ---------------------------------------------------------------------------------------------
 # The child
 
 
-def _child_reply(request: tuple[str, str, Limits], data: bytes) -> tuple[Any, ...]:
-    path, display_path, limits = request
+def _child_reply(path: str, display_path: str, limits: Limits, data: bytes) -> tuple[Any, ...]:
     try:
         return ("ok", extract_capturing(Path(path), data, display_path, limits))
     except ExtractionError as exc:
@@ -149,9 +130,12 @@ def child_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever a C library writes to stdout must not land in the replies
-    requests = sys.stdin.buffer
-    while (frame := _receive(requests)) is not None:
-        _send(replies, _child_reply(*frame))
+    while True:
+        try:
+            request = _receive(sys.stdin.buffer)
+        except _GONE:
+            return
+        _send(replies, _child_reply(*request))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,19 +165,10 @@ class ExtractionProcess:
         with self._lock:
             child = self._running()
             try:
-                reply = self._ask(child, (str(path), display_path, limits), data, limits.seconds)
-            except BaseException:  # Ctrl-C mid-exchange: this child's next reply would be stale
+                reply = self._ask(child, (str(path), display_path, limits, data), limits.seconds)
+            except BaseException:  # no reply, or Ctrl-C mid-exchange: its next one would be stale
                 self._forget(child)
                 raise
-            if reply is _TIMED_OUT or reply is None:
-                self._forget(child)
-            if reply is _TIMED_OUT:
-                raise ExtractionError(
-                    f"extracting took longer than {limits.seconds:g} s; "
-                    "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
-                )
-            if reply is None:
-                raise ExtractionError(_died(child.returncode))
         if reply[0] == "ok":
             return reply[1]
         raise ExtractionError(reply[1], warnings=reply[2])
@@ -208,20 +183,21 @@ class ExtractionProcess:
                 with contextlib.suppress(OSError):
                     pipe.close()
 
-    @staticmethod
-    def _ask(child: subprocess.Popen[bytes], request: object, data: bytes, seconds: float) -> Any:
-        """The child's reply; None if it died, _TIMED_OUT if none came within `seconds`."""
+    def _ask(self, child: subprocess.Popen[bytes], request: object, seconds: float) -> Any:
+        """The child's reply; ExtractionError if none comes within `seconds` or the child dies."""
         assert child.stdin is not None and child.stdout is not None
         try:
-            _send(child.stdin, request, data)
+            _send(child.stdin, request)
             # A select, not a timer thread: a thread per file cost as much as the rest together.
-            readable, _, _ = select.select([child.stdout], [], [], seconds)
-            if not readable:
-                return _TIMED_OUT
-            frame = _receive(child.stdout)
-        except OSError:  # BrokenPipeError included: the child is gone
-            return None
-        return None if frame is None else frame[0]
+            if not select.select([child.stdout], [], [], seconds)[0]:
+                raise ExtractionError(
+                    f"extracting took longer than {seconds:g} s; "
+                    "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
+                )
+            return _receive(child.stdout)
+        except _GONE:
+            self._forget(child)  # reaped first, so that its exit status is known
+            raise ExtractionError(_died(child.returncode)) from None
 
     def _running(self) -> subprocess.Popen[bytes]:
         if self._child is None or self._child.poll() is not None:

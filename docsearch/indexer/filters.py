@@ -149,18 +149,14 @@ def _render_word(where: str, tok: Token, following: Token | None) -> str:
     calls = following is not None and following.text == "("
     if upper in KEYWORDS:
         return upper
+    if lower in (FUNCTIONS if calls else FILTER_COLUMNS):  # a word before '(' is a call
+        return lower
+    if upper in {"SELECT", "EXISTS"} or (not calls and upper in {"FROM", "WITH", "UNION"}):
+        raise bad_where(where, "sub-selects are not allowed")
     if calls:
-        if lower in FUNCTIONS:
-            return lower
-        if upper in {"SELECT", "EXISTS"}:
-            raise bad_where(where, "sub-selects are not allowed")
         raise bad_where(
             where, f"function {tok.text}() is not allowed (allowed: {', '.join(sorted(FUNCTIONS))})"
         )
-    if lower in FILTER_COLUMNS:
-        return lower
-    if upper in {"SELECT", "FROM", "WITH", "UNION", "EXISTS"}:
-        raise bad_where(where, "sub-selects are not allowed")
     raise bad_where(
         where,
         f"{tok.text!r} is not a chunk column or an allowed keyword "

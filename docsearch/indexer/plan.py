@@ -112,7 +112,8 @@ def walk(
     real_root = root.resolve()
 
     def unlistable(exc: OSError) -> None:
-        skips.append((str(Path(exc.filename or root).absolute()), _unlistable(exc)))
+        why = "permission denied" if isinstance(exc, PermissionError) else exc.strerror or exc
+        skips.append((str(Path(exc.filename or root).absolute()), f"folder not readable ({why})"))
 
     found = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
@@ -136,12 +137,6 @@ def walk(
             else:
                 found.append(path)
     return found
-
-
-def _unlistable(exc: OSError) -> str:
-    if isinstance(exc, PermissionError):
-        return "folder not readable (permission denied)"
-    return f"folder not readable ({exc.strerror or exc})"
 
 
 _FILE_KINDS = (
