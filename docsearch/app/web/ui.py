@@ -37,7 +37,7 @@ from docsearch.app.web.actions import (
     results_html,
     status_html,
 )
-from docsearch.app.web.files import list_folders
+from docsearch.app.web.files import add_file_route, list_folders
 from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.errors import UsageError
@@ -350,19 +350,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # folder, the examples cache and whatever `allowed_paths` names), uploads, streams, the API
 # description, run history. Gradio versions that add routes stay closed until they are listed here.
 UI_ROUTES = frozenset(
-    {
-        "/",
-        "/config",
-        "/config/",
-        "/theme.css",
-        "/favicon.ico",
-        "/robots.txt",
-        "/docsearch/file",
-        "/gradio_api/queue/join",
-        "/gradio_api/queue/data",
-        "/gradio_api/cancel",
-        "/gradio_api/reset",
-    }
+    "/ /config /config/ /theme.css /favicon.ico /robots.txt /docsearch/file /gradio_api/queue/join "
+    "/gradio_api/queue/data /gradio_api/cancel /gradio_api/reset".split()
 )
 UI_ROUTE_PATTERN = re.compile(r"/(?:assets|static)(?:/[\w.-]+)+|/gradio_api/heartbeat/\w+")
 
@@ -415,8 +404,6 @@ def make_app(demo: Any) -> Any:
     gr = _gradio()
     ctx: UIContext = demo.docsearch_context
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    from docsearch.app.web.files import add_file_route
-
     add_file_route(app, ctx.guard)
     demo.queue(default_concurrency_limit=4)
     mounted = gr.mount_gradio_app(
