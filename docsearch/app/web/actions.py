@@ -35,8 +35,8 @@ from docsearch.app.web.files import (
 )
 from docsearch.config import Settings
 from docsearch.errors import DocsearchError, UsageError
+from docsearch.indexer.pipeline import NullProgress
 from docsearch.indexer.store import FileRecord
-from docsearch.retriever import MODES as MODES  # re-exported: the mode picker's choices
 from docsearch.retriever import Hit, Retriever
 
 if TYPE_CHECKING:
@@ -203,12 +203,12 @@ class Preview:
     paged: bool  # True for PDFs: prev/next page buttons apply
 
 
-class UIProgress:
-    """The indexer's ProgressSink, reported to a callback (gradio's progress bar)."""
+class UIProgress(NullProgress):
+    """The indexer's ProgressSink, files done reported to a callback (gradio's progress bar)."""
 
     def __init__(self, report: Callable[[int, int, str], None]) -> None:
         self.report = report
-        self.total = self.done = self.chunks = 0
+        self.total = self.done = 0
 
     def start(self, files: int) -> None:
         self.total = files
@@ -217,11 +217,6 @@ class UIProgress:
     def file_done(self, path: str) -> None:
         self.done += 1
         self.report(self.done, self.total, Path(path).name)
-
-    def embedded(self, chunks: int, tokens: int) -> None:
-        self.chunks += chunks
-
-    def planned_chunks(self, chunks: int) -> None: ...
 
 
 @dataclass
@@ -264,12 +259,7 @@ class UIContext:
         from docsearch.indexer.store import validate_name
 
         validate_name(name)
-        roots = [self.root] if self.root else []
-        return DocumentGuard(self.retriever(name).store, roots)
-
-    def forget(self) -> None:
-        with self._lock:
-            self._retrievers.clear()
+        return DocumentGuard(self.retriever(name).store, [self.root] if self.root else [])
 
     def search(
         self, query: str, collection: str | None, mode: str, k: int, filters: Filters
@@ -359,8 +349,11 @@ class UIContext:
             encoder=chosen,
             progress=progress,
         )
-        self.forget()
-        return _summary(name, report), _report_rows(Store.open(self.db, name), path, report)
+        with self._lock:
+            self._retrievers.clear()
+        written = f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
+        summary = f"{name}: {report.files_line()}; {written}"
+        return summary, _report_rows(Store.open(self.db, name), path, report)
 
 
 def _extracted(verified: Verified) -> Document:
@@ -383,11 +376,6 @@ def _on_page(doc: Document, number: int, span: tuple[int, int]) -> str:
     page = doc.pages[number - 1]
     lo, hi = _clip(span[0] - page.char_offset, span[1] - page.char_offset, len(page.text))
     return page.text[lo:hi]
-
-
-def _summary(name: str, report: Any) -> str:
-    written = f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
-    return f"{name}: {report.files_line()}; {written}"
 
 
 def _report_rows(store: Any, folder: Path, report: Any) -> list[list[str]]:
