@@ -26,8 +26,7 @@ def collections_list(
     from docsearch.indexer.store import list_collections
 
     db = Settings.resolve(db=db).db
-    names = list_collections(db)
-    infos = [_collection_info(db, n) for n in names]
+    infos = [_collection_info(db, n) for n in list_collections(db)]
     if as_json:
         typer.echo(json.dumps(infos, indent=2))
         return

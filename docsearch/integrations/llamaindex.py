@@ -1,6 +1,4 @@
-"""`DocsearchLlamaRetriever`: a docsearch collection as a LlamaIndex retriever.
-
-Needs the extra `docsearch[llamaindex]`.
+"""`DocsearchLlamaRetriever`: a collection as a LlamaIndex retriever (`docsearch[llamaindex]`).
 
     from docsearch.integrations.llamaindex import DocsearchLlamaRetriever
     nodes = DocsearchLlamaRetriever("contracts", k=4).retrieve("termination for cause")

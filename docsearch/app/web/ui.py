@@ -1,13 +1,11 @@
 """The search UI (gradio): search first, then the document open at the hit's page.
 
-`build_ui()` returns a `gr.Blocks` with two tabs. Search: a query box, mode, collection and k;
-filters (path glob, file type, modified date); ranked results (title, path, pages, score with its
-per-leg breakdown, snippet with the query terms marked); clicking a result previews its document
-at the page (PDF pages rendered with the passage and terms boxed; text with the passage marked and
-scrolled to). Index: a folder under the allowed root, progress, and the per-file report.
-`serve()` mounts the UI next to the guarded file route (`files.py`), lets through only the routes
-the page uses (so none of gradio's file or upload routes), and binds localhost by default.
-Every handler turns a `DocsearchError` into a message in the page; anything else is logged on the
+`build_ui()` returns a `gr.Blocks` with two tabs. Search: query, mode, collection, k and filters
+(path glob, file type, modified date); ranked results; clicking one previews its document at the
+page, the passage and terms marked. Index: a folder under the allowed root, progress, the per-file
+report. `serve()` mounts the UI next to the guarded file route (`files.py`), lets through only the
+routes the page uses (none of gradio's file or upload routes), and binds localhost by default.
+A handler shows a `DocsearchError` as a message in the page; anything else is logged on the
 server and shown as one line, never a traceback.
 Not here: the actions behind the events (`actions.py`), reading files (`files.py`).
 """
@@ -402,9 +400,8 @@ def make_app(demo: Any) -> Any:
     from fastapi import FastAPI
 
     gr = _gradio()
-    ctx: UIContext = demo.docsearch_context
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    add_file_route(app, ctx.guard)
+    add_file_route(app, demo.docsearch_context.guard)
     demo.queue(default_concurrency_limit=4)
     mounted = gr.mount_gradio_app(
         app,
