@@ -138,11 +138,9 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def as_dict(self, per_query: bool = False) -> dict[str, Any]:
-        out = asdict(self)
-        if not per_query:
-            out.pop("per_query")
-        return out
+    def as_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data, less the per-query metrics (one row per query)."""
+        return {key: value for key, value in asdict(self).items() if key != "per_query"}
 
     def summary(self) -> str:
         """Human-readable lines for the terminal."""
@@ -269,14 +267,13 @@ class EvalIndex:
         *,
         queries: RetrievalSet | None = None,
         fusion: Fusion | None = None,
-        spans: bool = True,
     ) -> EvalResult:
         """Run the queries (of `queries`, default the indexed set) in `mode` and score them."""
         rset = queries or self.rset
         retriever = self.retriever(fusion)
         started = time.perf_counter()
         run = document_run(retriever, rset.queries, mode)
-        span_hits = passage_span_hits(retriever, rset, mode) if spans and rset.spans else {}
+        span_hits = passage_span_hits(retriever, rset, mode)  # {} without answer spans
         searched = time.perf_counter() - started
         means, per_query = score_run(run, {q: rset.qrels.get(q, {}) for q in rset.queries})
         return EvalResult(
