@@ -304,10 +304,9 @@ def document_run(
     }
 
 
-def passage_span_hits(
-    retriever: Retriever, rset: RetrievalSet, mode: str, ks: Sequence[int] = SPAN_KS
-) -> dict[str, float]:
-    """Share of span-judged queries with an answer-overlapping chunk in the top k passages."""
+def passage_span_hits(retriever: Retriever, rset: RetrievalSet, mode: str) -> dict[str, float]:
+    """Share of span-judged queries with an answer-overlapping chunk in the top k passages, for
+    each k of SPAN_KS."""
     by_query: dict[str, list[AnswerSpan]] = {}
     for s in rset.spans:  # spans index `text`; chunks index `body` (title first)
         shift = rset.corpus[s.doc_id].text_offset
@@ -317,13 +316,13 @@ def passage_span_hits(
     scored = [q for q in rset.queries if q in by_query and rset.queries[q].strip()]
     if not scored:
         return {}
-    found = dict.fromkeys(ks, 0)
+    found = dict.fromkeys(SPAN_KS, 0)
     for qid in scored:
-        hits = retriever.search(rset.queries[qid], k=max(ks), mode=mode, granularity="passage")
+        hits = retriever.search(rset.queries[qid], k=max(SPAN_KS), mode=mode, granularity="passage")
         located = [(h.path, h.char_start, h.char_end) for h in hits]
-        for k in ks:
+        for k in SPAN_KS:
             found[k] += span_hit(located, by_query[qid], k)
-    return {f"hit@{k}": found[k] / len(scored) for k in ks}
+    return {f"hit@{k}": found[k] / len(scored) for k in SPAN_KS}
 
 
 # ---------------------------------------------------------------------------------------------
