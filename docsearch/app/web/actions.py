@@ -302,7 +302,7 @@ class UIContext:
         page = min(max(1, page), pages)
         span = (item["passage_start"], item["passage_end"])
         shown = _on_page(doc, page, span) if doc else item["passage"] if page == first else ""
-        body = pdf_page_html(verified.data, page, item["query"], [shown] if shown else [])
+        body = pdf_page_html(verified.data, page, item["query"], shown)
         return Preview(self._head(item, page, pages), body, page, pages, paged=True)
 
     def _text_preview(self, verified: Verified, item: dict[str, Any]) -> Preview:

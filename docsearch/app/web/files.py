@@ -270,15 +270,15 @@ def pdf_page_count(data: bytes) -> int:
         return len(pdf)
 
 
-def pdf_page_html(data: bytes, number: int, query: str, passages: Sequence[str] = ()) -> str:
-    """Page `number` as an image with the query terms and the first of `passages` found boxed."""
+def pdf_page_html(data: bytes, number: int, query: str, passage: str = "") -> str:
+    """Page `number` as an image with the query terms and `passage` (where found) boxed."""
     with _open_pdf(data) as pdf:
         number = min(max(1, number), len(pdf))
         page = pdf[number - 1]
         textpage = page.get_textpage()
         text, size = textpage.get_text_range(), page.get_size()
         terms = mark_spans(text, query_terms(query), identifiers(query))
-        found = next(filter(None, (passage_span(text, p) for p in passages if p)), None)
+        found = passage_span(text, passage) if passage else None
         boxes = [
             f'<div class="ds-box ds-passage" style="{b}"></div>'
             for b in (_percent_boxes(textpage, found, size) if found else [])
@@ -308,26 +308,25 @@ def marked_html(text: str, spans: Sequence[tuple[int, int]]) -> str:
 def text_preview_html(
     text: str,
     span: tuple[int, int],
-    passage: tuple[int, int] | None,
+    passage: tuple[int, int],
     query: str,
     page_starts: Sequence[tuple[int, int]] = (),
 ) -> str:
-    """Text around `span` (the hit's chunk) with the passage and query terms marked.
+    """Text around `span` (the hit's chunk) with `passage` and the query terms in it marked.
 
     `page_starts` lists (page number, character offset) so page breaks show in the text.
     """
     lo, hi = max(0, span[0] - TEXT_CONTEXT_CHARS), min(len(text), span[1] + TEXT_CONTEXT_CHARS)
-    inner = passage or span
-    terms = mark_spans(text[inner[0] : inner[1]], query_terms(query), identifiers(query))
+    terms = mark_spans(text[passage[0] : passage[1]], query_terms(query), identifiers(query))
     # (offset, order, tag): at one offset, closing tags (inner first) come before opening ones.
     events = [
         (span[0], 4, '<span class="ds-chunk">'),
         (span[1], 2, "</span>"),
-        (inner[0], 5, '<span id="ds-passage" class="ds-passage">'),
-        (inner[1], 1, "</span>"),
+        (passage[0], 5, '<span id="ds-passage" class="ds-passage">'),
+        (passage[1], 1, "</span>"),
     ]
-    events += [(inner[0] + a, 6, "<mark>") for a, _ in terms]
-    events += [(inner[0] + b, 0, "</mark>") for _, b in terms]
+    events += [(passage[0] + a, 6, "<mark>") for a, _ in terms]
+    events += [(passage[0] + b, 0, "</mark>") for _, b in terms]
     events += [
         (offset, 3, f'<span class="ds-pagemark" data-page="{n}">page {n}</span>')
         for n, offset in page_starts
