@@ -27,10 +27,10 @@ from docsearch.app.web.actions import (
     FILE_TYPES,
     MAX_K,
     Filters,
+    Picked,
     UIContext,
     UIProgress,
     attempt,
-    hit_item,
     message_html,
     results_html,
     status_html,
@@ -233,7 +233,7 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
         def action() -> dict[Any, Any]:
             filters = Filters(glob or "", tuple(types or ()), after, before)
             found = ctx.search(query, collection, mode, int(k), filters)
-            items = [hit_item(h, found.collection, query) for h in found.hits]
+            items = [Picked(h, found.collection, query) for h in found.hits]
             return {results: results_html(found), message: "", hits: items}
 
         return attempt(action, lambda msg: {message: message_html(msg)})
@@ -241,7 +241,7 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
     def preview_failed(msg: str) -> dict[Any, Any]:
         return {message: message_html(f"cannot preview: {msg}")}
 
-    def show(item: dict[str, Any], page: int | None) -> dict[Any, Any]:
+    def show(item: Picked, page: int | None) -> dict[Any, Any]:
         def action() -> dict[Any, Any]:
             view = ctx.preview(item, page)
             first, last = view.paged and view.page > 1, view.paged and view.page < view.pages
@@ -256,7 +256,7 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
 
         return attempt(action, preview_failed)
 
-    def open_hit(items: list[dict[str, Any]], evt: gr.EventData) -> dict[Any, Any]:
+    def open_hit(items: list[Picked], evt: gr.EventData) -> dict[Any, Any]:
         rank = int((evt._data or {}).get("rank", 0))
         if not 1 <= rank <= len(items):
             return preview_failed("that result is gone; search again")
