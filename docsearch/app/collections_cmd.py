@@ -17,10 +17,7 @@ collections_app = typer.Typer(help="List, inspect and drop collections.", no_arg
 
 @collections_app.command("list")
 @handle_errors
-def collections_list(
-    as_json: JsonOption = False,
-    db: DbOption = None,
-) -> None:
+def collections_list(as_json: JsonOption = False, db: DbOption = None) -> None:
     """List the collections in the database."""
     from docsearch.config import Settings
     from docsearch.indexer.store import list_collections
