@@ -12,12 +12,10 @@ Not here: the actions behind the events (`actions.py`), reading files (`files.py
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
 import os
 import re
-import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,10 +92,9 @@ watch('value', () => {
 
 
 @functools.cache
-def _private_folder() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="docsearch-ui-"))  # mode 0700, empty
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return folder
+def _private_folder() -> tempfile.TemporaryDirectory[str]:
+    # Mode 0700 and empty; removed when the process exits (the cache keeps it alive till then).
+    return tempfile.TemporaryDirectory(prefix="docsearch-ui-", ignore_cleanup_errors=True)
 
 
 def use_private_gradio_folders() -> Path:
@@ -107,7 +104,7 @@ def use_private_gradio_folders() -> Path:
     and the examples cache defaults to `.gradio/cached_examples` under the working directory.
     Neither is reused, even though the routes that would serve them are closed (`UIRoutesOnly`).
     """
-    folder = _private_folder()
+    folder = Path(_private_folder().name)
     os.environ["GRADIO_TEMP_DIR"] = str(folder)
     os.environ["GRADIO_EXAMPLES_CACHE"] = str(folder / "cached_examples")
     return folder
