@@ -132,6 +132,3 @@ class Settings(BaseSettings):
     def fusion(self) -> Fusion:
         weights = {"dense": self.dense_weight, "lexical": self.lexical_weight}
         return Fusion(self.fusion_method, weights, self.rrf_k)
-
-    def shown(self) -> dict[str, Any]:
-        return self.model_dump()

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from docsearch.encoders.base import Encoder
     from docsearch.fusion import Fusion
     from docsearch.indexer.pipeline import ProgressSink
-    from docsearch.retriever import Hit, Retriever
+    from docsearch.retriever import Retriever
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +138,9 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def as_dict(self, per_query: bool = False) -> dict[str, Any]:
-        out = asdict(self)
-        if not per_query:
-            out.pop("per_query")
-        return out
+    def as_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data, less the per-query metrics (one row per query)."""
+        return {key: value for key, value in asdict(self).items() if key != "per_query"}
 
     def summary(self) -> str:
         """Human-readable lines for the terminal."""
@@ -161,15 +159,12 @@ class EvalResult:
 # The runner
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def corpus_fingerprint(rset: RetrievalSet, *parts: Any) -> str:
     """A short hash of the documents (ids and text) and of whatever else shapes the index."""
     digest = hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode())
     for doc_id in sorted(rset.corpus):
-        digest.update(f"{doc_id}\0{_sha(rset.corpus[doc_id].body)}\0".encode())
+        body = rset.corpus[doc_id].body.encode("utf-8", "surrogatepass")
+        digest.update(f"{doc_id}\0{hashlib.sha256(body).hexdigest()}\0".encode())
     return digest.hexdigest()[:16]
 
 
@@ -272,14 +267,13 @@ class EvalIndex:
         *,
         queries: RetrievalSet | None = None,
         fusion: Fusion | None = None,
-        spans: bool = True,
     ) -> EvalResult:
         """Run the queries (of `queries`, default the indexed set) in `mode` and score them."""
         rset = queries or self.rset
         retriever = self.retriever(fusion)
         started = time.perf_counter()
         run = document_run(retriever, rset.queries, mode)
-        span_hits = passage_span_hits(retriever, rset, mode) if spans and rset.spans else {}
+        span_hits = passage_span_hits(retriever, rset, mode)  # {} without answer spans
         searched = time.perf_counter() - started
         means, per_query = score_run(run, {q: rset.qrels.get(q, {}) for q in rset.queries})
         return EvalResult(
@@ -301,42 +295,34 @@ class EvalIndex:
 def document_run(
     retriever: Retriever, queries: Mapping[str, str], mode: str, depth: int = RUN_DEPTH
 ) -> dict[str, list[str]]:
-    """query id -> the ids (paths) of the top `depth` documents."""
-    run: dict[str, list[str]] = {}
-    for qid, text in queries.items():
-        if not text.strip():
-            run[qid] = []
-            continue
-        hits = retriever.search(text, k=depth, mode=mode, granularity="document")
-        run[qid] = [h.path for h in hits]
-    return run
+    """query id -> the ids (paths) of the top `depth` documents (none for a blank query)."""
+    return {
+        qid: [h.path for h in retriever.search(text, k=depth, mode=mode, granularity="document")]
+        if text.strip()
+        else []
+        for qid, text in queries.items()
+    }
 
 
-def passage_span_hits(
-    retriever: Retriever, rset: RetrievalSet, mode: str, ks: Sequence[int] = SPAN_KS
-) -> dict[str, float]:
-    """Share of span-judged queries with an answer-overlapping chunk in the top k passages."""
+def passage_span_hits(retriever: Retriever, rset: RetrievalSet, mode: str) -> dict[str, float]:
+    """Share of span-judged queries with an answer-overlapping chunk in the top k passages, for
+    each k of SPAN_KS."""
     by_query: dict[str, list[AnswerSpan]] = {}
-    for s in rset.spans:
-        doc = rset.corpus[s.doc_id]  # spans index `text`; chunks index `body` (title first)
-        shift = doc.text_offset
+    for s in rset.spans:  # spans index `text`; chunks index `body` (title first)
+        shift = rset.corpus[s.doc_id].text_offset
         by_query.setdefault(s.query_id, []).append(
-            AnswerSpan(s.query_id, s.doc_id, s.start + shift, s.end + shift)
+            replace(s, start=s.start + shift, end=s.end + shift)
         )
     scored = [q for q in rset.queries if q in by_query and rset.queries[q].strip()]
     if not scored:
         return {}
-    found = dict.fromkeys(ks, 0)
+    found = dict.fromkeys(SPAN_KS, 0)
     for qid in scored:
-        hits = retriever.search(rset.queries[qid], k=max(ks), mode=mode, granularity="passage")
-        located = [_located(h) for h in hits]
-        for k in ks:
+        hits = retriever.search(rset.queries[qid], k=max(SPAN_KS), mode=mode, granularity="passage")
+        located = [(h.path, h.char_start, h.char_end) for h in hits]
+        for k in SPAN_KS:
             found[k] += span_hit(located, by_query[qid], k)
-    return {f"hit@{k}": found[k] / len(scored) for k in ks}
-
-
-def _located(hit: Hit) -> tuple[str, int, int]:
-    return hit.path, hit.char_start, hit.char_end
+    return {f"hit@{k}": found[k] / len(scored) for k in SPAN_KS}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,11 +353,8 @@ def evaluate_dataset(
     settings: Settings | None = None,
     progress: ProgressSink | None = None,
 ) -> EvalResult:
-    """Index `rset` into a temporary store, search it in `mode`, and score the run.
-
-    What is left open comes from `settings` (default: the environment's), as for `docsearch
-    index`: the encoder when none is named and its model, the chunk cap, overlap, token budget.
-    """
+    """Index `rset` into a temporary store (settings as for `EvalIndex`), search it in `mode`
+    and score the run."""
     encoder, mode = default_mode(encoder, mode)
     with EvalIndex(
         rset, encoder=encoder, options=options, settings=settings, progress=progress

@@ -43,7 +43,11 @@ app.add_typer(collections_app, name="collections")
 app.add_typer(models_app, name="models")
 
 
-def _setup_logging(verbose: bool) -> None:
+@app.callback()
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens.")] = False,
+) -> None:
+    # Every command logs to stderr; the model libraries' own progress bars stay quiet.
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s: %(message)s",
@@ -51,13 +55,6 @@ def _setup_logging(verbose: bool) -> None:
     )
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-@app.callback()
-def _main(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens.")] = False,
-) -> None:
-    _setup_logging(verbose)
 
 
 def main() -> None:

@@ -17,17 +17,13 @@ collections_app = typer.Typer(help="List, inspect and drop collections.", no_arg
 
 @collections_app.command("list")
 @handle_errors
-def collections_list(
-    as_json: JsonOption = False,
-    db: DbOption = None,
-) -> None:
+def collections_list(as_json: JsonOption = False, db: DbOption = None) -> None:
     """List the collections in the database."""
     from docsearch.config import Settings
     from docsearch.indexer.store import list_collections
 
     db = Settings.resolve(db=db).db
-    names = list_collections(db)
-    infos = [_collection_info(db, n) for n in names]
+    infos = [_collection_info(db, n) for n in list_collections(db)]
     if as_json:
         typer.echo(json.dumps(infos, indent=2))
         return

@@ -15,9 +15,7 @@ from docsearch.app.common import CollectionOption, DbOption, JsonOption, handle_
 
 @handle_errors
 def doctor(
-    collection: CollectionOption = None,
-    as_json: JsonOption = False,
-    db: DbOption = None,
+    collection: CollectionOption = None, as_json: JsonOption = False, db: DbOption = None
 ) -> None:
     """Check index health: full-text coverage, failed files, versions, encoder identity."""
     from docsearch import __version__

@@ -17,9 +17,7 @@ models_app = typer.Typer(help="Encoders and the models they can use.", no_args_i
 
 @models_app.command("list")
 @handle_errors
-def models_list(
-    as_json: JsonOption = False,
-) -> None:
+def models_list(as_json: JsonOption = False) -> None:
     """Encoders you can pass to --encoder, and models that ship in Python packages."""
     from docsearch.encoders.base import available
     from docsearch.encoders.weights import list_models

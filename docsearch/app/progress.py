@@ -11,12 +11,12 @@ from typing import Any
 
 
 class ConsoleProgress:
-    """Files done / to do, chunks embedded / planned, tokens per second, ETA."""
+    """Files done / to do, chunks embedded, tokens per second, ETA."""
 
     def __init__(self, label: str = "indexing", interval: float = 5.0) -> None:
         self.label, self.interval = label, interval
         self.files_total = self.files_done = 0
-        self.chunks_planned = self.chunks_done = self.tokens = 0
+        self.chunks_done = self.tokens = 0
         self.started = time.perf_counter()
         self._last = 0.0
         self._bar: Any = None
@@ -53,8 +53,7 @@ class ConsoleProgress:
         self.files_done += 1
         self._update()
 
-    def planned_chunks(self, chunks: int) -> None:
-        self.chunks_planned += chunks
+    def planned_chunks(self, chunks: int) -> None: ...
 
     def embedded(self, chunks: int, tokens: int) -> None:
         self.chunks_done += chunks

@@ -3,16 +3,43 @@
 `docsearch.integrations.langchain` holds `DocsearchRetriever` (extra `docsearch[langchain]`),
 `docsearch.integrations.llamaindex` holds `DocsearchLlamaRetriever` (extra `docsearch[llamaindex]`).
 Each is imported on its own, so neither library is needed to use the other (nor by `import
-docsearch`). This module only holds the metadata both attach to a result. Not here: indexing,
-vector-store adapters, answer generation.
+docsearch`). This module holds what both share: the search they run and the metadata they
+attach to a result. Not here: indexing, vector-store adapters, answer generation.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from docsearch.retriever import Hit
+    from docsearch.retriever import Hit, Retriever
+
+
+class CollectionSearch:
+    """The adapters' search: `Retriever.search` with their arguments, on a docsearch `Retriever`
+    opened on first use and kept."""
+
+    if TYPE_CHECKING:  # declared by each adapter (LangChain's as pydantic fields)
+        collection: str | None
+        db: str | None
+        k: int
+        mode: str | None
+        where: str | None
+        path: str | None
+        granularity: str
+
+    @cached_property
+    def retriever(self) -> Retriever:
+        """The underlying docsearch `Retriever`, opened on first use."""
+        from docsearch.retriever import Retriever
+
+        return Retriever(self.collection, db=self.db)
+
+    def hits(self, query: str) -> list[Hit]:
+        return self.retriever.search(
+            query, self.k, self.mode, self.where, path=self.path, granularity=self.granularity
+        )
 
 
 def hit_metadata(hit: Hit, collection: str) -> dict[str, Any]:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from docsearch.integrations import hit_metadata, missing_extra
-from docsearch.retriever import Retriever
+from docsearch.integrations import CollectionSearch, hit_metadata, missing_extra
 
 try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -23,10 +22,9 @@ try:
     from langchain_core.retrievers import BaseRetriever
 except ImportError as exc:
     raise missing_extra("langchain-core", "langchain") from exc
-from pydantic import PrivateAttr
 
 
-class DocsearchRetriever(BaseRetriever):
+class DocsearchRetriever(CollectionSearch, BaseRetriever):
     """Search one docsearch collection; the arguments are those of `Retriever.search`."""
 
     collection: str | None = None  # None: the database's only collection
@@ -37,27 +35,11 @@ class DocsearchRetriever(BaseRetriever):
     path: str | None = None  # glob on the file path, e.g. "*.pdf"
     granularity: Literal["passage", "document"] = "passage"
 
-    _retriever: Retriever | None = PrivateAttr(default=None)
-
-    @property
-    def retriever(self) -> Retriever:
-        """The underlying docsearch `Retriever`, opened on first use."""
-        if self._retriever is None:
-            self._retriever = Retriever(self.collection, db=self.db)
-        return self._retriever
-
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
-        retriever = self.retriever
-        hits = retriever.search(
-            query, self.k, self.mode, self.where, path=self.path, granularity=self.granularity
-        )
+        hits, collection = self.hits(query), self.retriever.collection
         return [
-            Document(
-                page_content=hit.text,
-                metadata=hit_metadata(hit, retriever.collection),
-                id=hit.chunk_id,
-            )
+            Document(page_content=hit.text, metadata=hit_metadata(hit, collection), id=hit.chunk_id)
             for hit in hits
         ]

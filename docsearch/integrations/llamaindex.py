@@ -1,6 +1,4 @@
-"""`DocsearchLlamaRetriever`: a docsearch collection as a LlamaIndex retriever.
-
-Needs the extra `docsearch[llamaindex]`.
+"""`DocsearchLlamaRetriever`: a collection as a LlamaIndex retriever (`docsearch[llamaindex]`).
 
     from docsearch.integrations.llamaindex import DocsearchLlamaRetriever
     nodes = DocsearchLlamaRetriever("contracts", k=4).retrieve("termination for cause")
@@ -18,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from docsearch.integrations import hit_metadata, missing_extra
-from docsearch.retriever import Hit, Retriever
+from docsearch.integrations import CollectionSearch, hit_metadata, missing_extra
+from docsearch.retriever import Hit
 
 try:
     from llama_index.core.retrievers import BaseRetriever
@@ -52,7 +50,7 @@ def _node(hit: Hit, collection: str) -> NodeWithScore:
     return NodeWithScore(node=node, score=hit.score)
 
 
-class DocsearchLlamaRetriever(BaseRetriever):
+class DocsearchLlamaRetriever(CollectionSearch, BaseRetriever):
     """Search one docsearch collection; the arguments are those of `Retriever.search`."""
 
     def __init__(
@@ -71,23 +69,7 @@ class DocsearchLlamaRetriever(BaseRetriever):
         self.collection, self.db = collection, db
         self.k, self.mode, self.where, self.path = k, mode, where, path
         self.granularity = granularity
-        self._retriever: Retriever | None = None
-
-    @property
-    def retriever(self) -> Retriever:
-        """The underlying docsearch `Retriever`, opened on first use."""
-        if self._retriever is None:
-            self._retriever = Retriever(self.collection, db=self.db)
-        return self._retriever
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        retriever = self.retriever
-        hits = retriever.search(
-            query_bundle.query_str,
-            self.k,
-            self.mode,
-            self.where,
-            path=self.path,
-            granularity=self.granularity,
-        )
-        return [_node(hit, retriever.collection) for hit in hits]
+        hits = self.hits(query_bundle.query_str)
+        return [_node(hit, self.retriever.collection) for hit in hits]

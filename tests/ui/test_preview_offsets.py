@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from docsearch.app.web.actions import Filters, UIContext, hit_item
+from docsearch.app.web.actions import Filters, Picked, UIContext
 from docsearch.config import Settings
 from docsearch.indexer.extract import extract
 from tests.ui.corpus import Corpus, index_corpus, make_pdf
@@ -52,10 +52,10 @@ def test_a_pdf_preview_opens_at_the_page_of_the_stored_passage(ctx: UIContext) -
     assert (hit.page_start, hit.page_end) == (1, 2)  # one chunk over both pages
     document = extract(Path(hit.path))
     assert document.page_at(hit.snippet.anchor) == 2
-    view = ctx.preview(hit_item(hit, "docs", "termination escrow"))
+    view = ctx.preview(Picked(hit, "docs", "termination escrow"))
     assert (view.page, view.pages) == (2, 2)
     assert 'class="ds-box ds-passage"' in view.body  # the passage's part on page 2 is boxed
-    assert ctx.preview(hit_item(hit, "docs", "termination escrow"), page=1).page == 1
+    assert ctx.preview(Picked(hit, "docs", "termination escrow"), page=1).page == 1
 
 
 def test_a_text_preview_marks_the_stored_passage(ctx: UIContext) -> None:
@@ -64,7 +64,7 @@ def test_a_text_preview_marks_the_stored_passage(ctx: UIContext) -> None:
     text = extract(Path(hit.path)).text
     passage = text[hit.snippet.char_start : hit.snippet.char_end]
     assert "escrow closes" in passage
-    body = ctx.preview(hit_item(hit, "docs", query)).body
+    body = ctx.preview(Picked(hit, "docs", query)).body
     marked = body.split('<span id="ds-passage" class="ds-passage">', 1)[1].split("</span>", 1)[0]
     shown = marked.replace("<mark>", "").replace("</mark>", "")
     assert html.unescape(shown) == passage

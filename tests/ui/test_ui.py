@@ -14,11 +14,11 @@ import pytest
 
 from docsearch.app.web.actions import (
     Filters,
+    Picked,
     UIContext,
     UIProgress,
     attempt,
     filtered_paths,
-    hit_item,
     parse_day,
     results_html,
 )
@@ -139,28 +139,27 @@ def test_search_errors_are_domain_errors(ctx: UIContext) -> None:
 
 def test_pdf_preview_opens_at_the_page_with_terms_boxed(ctx: UIContext) -> None:
     hit = ctx.search("termination for cause", "docs", "lexical", 1, Filters()).hits[0]
-    view = ctx.preview(hit_item(hit, "docs", "termination for cause"))
+    view = ctx.preview(Picked(hit, "docs", "termination for cause"))
     assert (view.page, view.pages, view.paged) == (2, 3, True)
     assert 'data-page="2"' in view.head and "page 2 of 3" in view.head
     assert view.body.count('class="ds-box ds-hl"') >= 2  # "Termination", "cause"
     assert 'class="ds-box ds-passage"' in view.body
     assert "data:image/png;base64," in view.body
-    assert ctx.preview(hit_item(hit, "docs", "x"), page=3).page == 3
+    assert ctx.preview(Picked(hit, "docs", "x"), page=3).page == 3
 
 
 def test_text_preview_marks_the_passage(ctx: UIContext) -> None:
     hit = ctx.search("invoices payable", "docs", "lexical", 1, Filters()).hits[0]
-    view = ctx.preview(hit_item(hit, "docs", "invoices payable"))
+    view = ctx.preview(Picked(hit, "docs", "invoices payable"))
     assert not view.paged and view.page == 1
     assert 'id="ds-passage"' in view.body and "<mark>payable</mark>" in view.body
 
 
 def test_preview_refuses_paths_it_was_not_given_by_a_search(ctx: UIContext, corpus: Corpus) -> None:
-    item = {"collection": "docs", "page_start": 1, "page_end": 1, "char_start": 0}
-    item |= {"char_end": 10, "passage": "", "query": "x", "title": ""}
+    hit = ctx.search("termination for cause", "docs", "lexical", 1, Filters()).hits[0]
     for path in ("/etc/passwd", str(corpus.secret), corpus.doc("link-out.md"), "../../etc/passwd"):
         with pytest.raises(FileRefusedError):
-            ctx.preview(item | {"path": path})
+            ctx.preview(Picked(replace(hit, path=path), "docs", "x"))
 
 
 def test_index_from_the_ui_reports_failed_and_skipped_files(corpus: Corpus, tmp_path: Path) -> None:

@@ -35,8 +35,8 @@ from docsearch.app.web.files import (
 )
 from docsearch.config import Settings
 from docsearch.errors import DocsearchError, UsageError
+from docsearch.indexer.pipeline import NullProgress
 from docsearch.indexer.store import FileRecord
-from docsearch.retriever import MODES as MODES  # re-exported: the mode picker's choices
 from docsearch.retriever import Hit, Retriever
 
 if TYPE_CHECKING:
@@ -194,6 +194,16 @@ def attempt(action: Callable[[], T], failed: Callable[[str], T]) -> T:
 # What the handlers do, without gradio
 
 
+@dataclass(frozen=True)
+class Picked:
+    """A result as the server keeps it, so that a click sends a rank, never a path: the hit,
+    whose chunk and passage offsets place it in its document, its collection and the query."""
+
+    hit: Hit
+    collection: str
+    query: str
+
+
 @dataclass
 class Preview:
     head: str  # title, page x of n, link to the original
@@ -203,12 +213,12 @@ class Preview:
     paged: bool  # True for PDFs: prev/next page buttons apply
 
 
-class UIProgress:
-    """The indexer's ProgressSink, reported to a callback (gradio's progress bar)."""
+class UIProgress(NullProgress):
+    """The indexer's ProgressSink, files done reported to a callback (gradio's progress bar)."""
 
     def __init__(self, report: Callable[[int, int, str], None]) -> None:
         self.report = report
-        self.total = self.done = self.chunks = 0
+        self.total = self.done = 0
 
     def start(self, files: int) -> None:
         self.total = files
@@ -217,11 +227,6 @@ class UIProgress:
     def file_done(self, path: str) -> None:
         self.done += 1
         self.report(self.done, self.total, Path(path).name)
-
-    def embedded(self, chunks: int, tokens: int) -> None:
-        self.chunks += chunks
-
-    def planned_chunks(self, chunks: int) -> None: ...
 
 
 @dataclass
@@ -264,12 +269,7 @@ class UIContext:
         from docsearch.indexer.store import validate_name
 
         validate_name(name)
-        roots = [self.root] if self.root else []
-        return DocumentGuard(self.retriever(name).store, roots)
-
-    def forget(self) -> None:
-        with self._lock:
-            self._retrievers.clear()
+        return DocumentGuard(self.retriever(name).store, [self.root] if self.root else [])
 
     def search(
         self, query: str, collection: str | None, mode: str, k: int, filters: Filters
@@ -294,41 +294,43 @@ class UIContext:
             self._searches += 1
             return self._searches
 
-    def preview(self, item: dict[str, Any], page: int | None = None) -> Preview:
+    def preview(self, picked: Picked, page: int | None = None) -> Preview:
         """The hit's document at `page` (default: the page where its passage is)."""
-        verified = self.guard(item["collection"]).open(item["path"])
+        verified = self.guard(picked.collection).open(picked.hit.path)
         if verified.suffix == ".pdf":
-            return self._pdf_preview(verified, item, page)
-        return self._text_preview(verified, item)
+            return self._pdf_preview(verified, picked, page)
+        return self._text_preview(verified, picked)
 
-    def _pdf_preview(self, verified: Verified, item: dict[str, Any], page: int | None) -> Preview:
-        first, last = item["page_start"], item["page_end"]
+    def _pdf_preview(self, verified: Verified, picked: Picked, page: int | None) -> Preview:
+        hit, passage = picked.hit, picked.hit.snippet
+        first = hit.page_start
         # A chunk on one page needs no text; across pages, the extracted pages' offsets say
         # which of them the passage (and its first marked term) is on.
-        doc = _extracted(verified) if first != last else None
+        doc = _extracted(verified) if first != hit.page_end else None
         if page is None:
-            page = doc.page_at(item["anchor"]) if doc else first
+            page = doc.page_at(passage.anchor) if doc else first
         pages = pdf_page_count(verified.data)
         page = min(max(1, page), pages)
-        span = (item["passage_start"], item["passage_end"])
-        shown = _on_page(doc, page, span) if doc else item["passage"] if page == first else ""
-        body = pdf_page_html(verified.data, page, item["query"], [shown] if shown else [])
-        return Preview(self._head(item, page, pages), body, page, pages, paged=True)
+        span = (passage.char_start, passage.char_end)
+        in_chunk = hit.text[span[0] - hit.char_start : span[1] - hit.char_start]
+        shown = _on_page(doc, page, span) if doc else in_chunk if page == first else ""
+        body = pdf_page_html(verified.data, page, picked.query, shown)
+        return Preview(self._head(picked, page, pages), body, page, pages, paged=True)
 
-    def _text_preview(self, verified: Verified, item: dict[str, Any]) -> Preview:
-        doc = _extracted(verified)
+    def _text_preview(self, verified: Verified, picked: Picked) -> Preview:
+        hit, doc = picked.hit, _extracted(verified)
         text = doc.text
-        span = _clip(item["char_start"], item["char_end"], len(text))
-        passage = _clip(item["passage_start"], item["passage_end"], len(text))
+        span = _clip(hit.char_start, hit.char_end, len(text))
+        passage = _clip(hit.snippet.char_start, hit.snippet.char_end, len(text))
         starts = [(p.number, p.char_offset) for p in doc.pages]
-        body = text_preview_html(text, span, passage, item["query"], starts)
-        page, pages = doc.page_at(item["anchor"]), len(doc.pages)
-        return Preview(self._head(item, page, pages), body, page, pages, paged=False)
+        body = text_preview_html(text, span, passage, picked.query, starts)
+        page, pages = doc.page_at(hit.snippet.anchor), len(doc.pages)
+        return Preview(self._head(picked, page, pages), body, page, pages, paged=False)
 
     @staticmethod
-    def _head(item: dict[str, Any], page: int, pages: int) -> str:
-        link = html.escape(file_url(item["collection"], item["path"], page))
-        title = html.escape(item["title"] or Path(item["path"]).name)
+    def _head(picked: Picked, page: int, pages: int) -> str:
+        link = html.escape(file_url(picked.collection, picked.hit.path, page))
+        title = html.escape(picked.hit.title or Path(picked.hit.path).name)
         return (
             f'<div class="ds-preview-head" data-page="{page}" data-pages="{pages}">'
             f"<b>{title}</b> · <span class='ds-page-label'>page {page} of {pages}</span> · "
@@ -359,8 +361,11 @@ class UIContext:
             encoder=chosen,
             progress=progress,
         )
-        self.forget()
-        return _summary(name, report), _report_rows(Store.open(self.db, name), path, report)
+        with self._lock:
+            self._retrievers.clear()
+        written = f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
+        summary = f"{name}: {report.files_line()}; {written}"
+        return summary, _report_rows(Store.open(self.db, name), path, report)
 
 
 def _extracted(verified: Verified) -> Document:
@@ -385,11 +390,6 @@ def _on_page(doc: Document, number: int, span: tuple[int, int]) -> str:
     return page.text[lo:hi]
 
 
-def _summary(name: str, report: Any) -> str:
-    written = f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
-    return f"{name}: {report.files_line()}; {written}"
-
-
 def _report_rows(store: Any, folder: Path, report: Any) -> list[list[str]]:
     """One row per file under `folder`: failed first, then warnings, skipped, indexed."""
     prefix = str(folder) + os.sep
@@ -403,28 +403,6 @@ def _report_rows(store: Any, folder: Path, report: Any) -> list[list[str]]:
     for path in unsupported_files(folder):
         rows.append(["skipped", display_path(path, str(folder)), "unsupported file type"])
     return sorted(rows, key=lambda r: (order.get(r[0], 9), r[1]))
-
-
-def hit_item(hit: Hit, collection: str, query: str) -> dict[str, Any]:
-    """What the server keeps per result, so a click sends a rank, never a path: where the
-    hit's chunk and passage lie in the document (stored offsets), so that a preview shows them
-    without searching the document again."""
-    snippet = hit.snippet
-    in_chunk = (snippet.char_start - hit.char_start, snippet.char_end - hit.char_start)
-    return {
-        "collection": collection,
-        "path": hit.path,
-        "title": hit.title,
-        "page_start": hit.page_start,
-        "page_end": hit.page_end,
-        "char_start": hit.char_start,
-        "char_end": hit.char_end,
-        "passage_start": snippet.char_start,
-        "passage_end": snippet.char_end,
-        "anchor": snippet.anchor,  # the first marked term: its page opens
-        "passage": hit.text[in_chunk[0] : in_chunk[1]],  # to box on a rendered PDF page
-        "query": query,
-    }
 
 
 def status_html(ctx: UIContext, name: str | None) -> str:

@@ -32,6 +32,7 @@ MAX_DOCUMENT_BYTES = 512 * 1024 * 1024  # larger files are not previewed or serv
 PREVIEW_WIDTH_PX = 900  # rendered PDF page width
 TEXT_CONTEXT_CHARS = 20_000  # text shown on each side of a passage in a text preview
 MEDIA_TYPES = {".pdf": "application/pdf"}  # everything else is served as plain text or a download
+DOWNLOAD = "application/octet-stream"
 TEXT_SUFFIXES = {".txt", ".text", ".md", ".markdown", ".rst", ".html", ".htm"}
 
 
@@ -45,7 +46,6 @@ class Verified:
 
     path: str
     data: bytes
-    record: FileRecord
 
     @property
     def suffix(self) -> str:
@@ -70,21 +70,16 @@ def check_spelling(requested: object) -> str:
     return requested
 
 
-def trusted_roots(store: Store, extra: Sequence[Path] = ()) -> list[Path]:
-    """Folders documents may live in: the collection's source folder plus `extra` (resolved)."""
-    roots = [Path(p).resolve() for p in extra]
-    if store.meta.source:
-        source = Path(store.meta.source)
-        roots.append((source if not source.suffix else source.parent).resolve())
-    return roots
-
-
 class DocumentGuard:
     """Hands out the bytes of files recorded in one collection, and nothing else."""
 
     def __init__(self, store: Store, roots: Sequence[Path] = ()) -> None:
         self.store = store
-        self.roots = trusted_roots(store, roots)
+        # The folders documents may live in: `roots` and the collection's source folder.
+        self.roots = [Path(p).resolve() for p in roots]
+        if store.meta.source:
+            source = Path(store.meta.source)
+            self.roots.append((source if not source.suffix else source.parent).resolve())
 
     def record(self, requested: object) -> FileRecord:
         path = check_spelling(requested)
@@ -108,7 +103,7 @@ class DocumentGuard:
             raise FileRefusedError("file too large to preview")
         if sha256_bytes(data) != record.sha256:
             raise FileRefusedError("the file changed since it was indexed; re-index to preview it")
-        return Verified(record.path, data, record)
+        return Verified(record.path, data)
 
     def _real_location(self, path: Path) -> Path:
         """Where `path` really is; refused if a symlink leads outside its trusted root."""
@@ -189,16 +184,12 @@ def file_headers(verified: Verified) -> tuple[str, dict[str, str]]:
     """Media type and headers: PDFs inline, text as text/plain, anything else as a download."""
     name = Path(verified.path).name.replace('"', "")
     headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
-    if verified.suffix in MEDIA_TYPES:
-        media = MEDIA_TYPES[verified.suffix]
-        headers["Content-Disposition"] = f'inline; filename="{name}"'
-    elif verified.suffix in TEXT_SUFFIXES:  # never text/html: an indexed page must not run
+    media = MEDIA_TYPES.get(verified.suffix, DOWNLOAD)
+    if verified.suffix in TEXT_SUFFIXES:  # never text/html: an indexed page must not run
         media = "text/plain; charset=utf-8"
-        headers["Content-Disposition"] = f'inline; filename="{name}"'
         headers["Content-Security-Policy"] = "default-src 'none'; sandbox"
-    else:
-        media = "application/octet-stream"
-        headers["Content-Disposition"] = f'attachment; filename="{name}"'
+    disposition = "attachment" if media == DOWNLOAD else "inline"
+    headers["Content-Disposition"] = f'{disposition}; filename="{name}"'
     return media, headers
 
 
@@ -268,29 +259,26 @@ def _page_image(page: Any) -> str:
 
 
 def _open_pdf(data: bytes) -> Any:
+    """The PDF as a pdfium document; use it as a context manager, which closes it."""
     import pypdfium2 as pdfium  # type: ignore[import-untyped]
 
     return pdfium.PdfDocument(data)
 
 
 def pdf_page_count(data: bytes) -> int:
-    pdf = _open_pdf(data)
-    try:
+    with _open_pdf(data) as pdf:
         return len(pdf)
-    finally:
-        pdf.close()
 
 
-def pdf_page_html(data: bytes, number: int, query: str, passages: Sequence[str] = ()) -> str:
-    """Page `number` as an image with the query terms and the first of `passages` found boxed."""
-    pdf = _open_pdf(data)
-    try:
+def pdf_page_html(data: bytes, number: int, query: str, passage: str = "") -> str:
+    """Page `number` as an image with the query terms and `passage` (where found) boxed."""
+    with _open_pdf(data) as pdf:
         number = min(max(1, number), len(pdf))
         page = pdf[number - 1]
         textpage = page.get_textpage()
         text, size = textpage.get_text_range(), page.get_size()
         terms = mark_spans(text, query_terms(query), identifiers(query))
-        found = next(filter(None, (passage_span(text, p) for p in passages if p)), None)
+        found = passage_span(text, passage) if passage else None
         boxes = [
             f'<div class="ds-box ds-passage" style="{b}"></div>'
             for b in (_percent_boxes(textpage, found, size) if found else [])
@@ -305,8 +293,6 @@ def pdf_page_html(data: bytes, number: int, query: str, passages: Sequence[str] 
             f'<img src="{_page_image(page)}" alt="page {number}" class="ds-page-img"/>'
             f"{''.join(boxes)}</div>"
         )
-    finally:
-        pdf.close()
 
 
 def marked_html(text: str, spans: Sequence[tuple[int, int]]) -> str:
@@ -322,26 +308,25 @@ def marked_html(text: str, spans: Sequence[tuple[int, int]]) -> str:
 def text_preview_html(
     text: str,
     span: tuple[int, int],
-    passage: tuple[int, int] | None,
+    passage: tuple[int, int],
     query: str,
     page_starts: Sequence[tuple[int, int]] = (),
 ) -> str:
-    """Text around `span` (the hit's chunk) with the passage and query terms marked.
+    """Text around `span` (the hit's chunk) with `passage` and the query terms in it marked.
 
     `page_starts` lists (page number, character offset) so page breaks show in the text.
     """
     lo, hi = max(0, span[0] - TEXT_CONTEXT_CHARS), min(len(text), span[1] + TEXT_CONTEXT_CHARS)
-    inner = passage or span
-    terms = mark_spans(text[inner[0] : inner[1]], query_terms(query), identifiers(query))
+    terms = mark_spans(text[passage[0] : passage[1]], query_terms(query), identifiers(query))
     # (offset, order, tag): at one offset, closing tags (inner first) come before opening ones.
     events = [
         (span[0], 4, '<span class="ds-chunk">'),
         (span[1], 2, "</span>"),
-        (inner[0], 5, '<span id="ds-passage" class="ds-passage">'),
-        (inner[1], 1, "</span>"),
+        (passage[0], 5, '<span id="ds-passage" class="ds-passage">'),
+        (passage[1], 1, "</span>"),
     ]
-    events += [(inner[0] + a, 6, "<mark>") for a, _ in terms]
-    events += [(inner[0] + b, 0, "</mark>") for _, b in terms]
+    events += [(passage[0] + a, 6, "<mark>") for a, _ in terms]
+    events += [(passage[0] + b, 0, "</mark>") for _, b in terms]
     events += [
         (offset, 3, f'<span class="ds-pagemark" data-page="{n}">page {n}</span>')
         for n, offset in page_starts

@@ -1,27 +1,22 @@
 """The search UI (gradio): search first, then the document open at the hit's page.
 
-`build_ui()` returns a `gr.Blocks` with two tabs. Search: a query box, mode, collection and k;
-filters (path glob, file type, modified date); ranked results (title, path, pages, score with its
-per-leg breakdown, snippet with the query terms marked); clicking a result previews its document
-at the page (PDF pages rendered with the passage and terms boxed; text with the passage marked and
-scrolled to). Index: a folder under the allowed root, progress, and the per-file report.
-`serve()` mounts the UI next to the guarded file route (`files.py`), lets through only the routes
-the page uses (so none of gradio's file or upload routes), and binds localhost by default.
-Every handler turns a `DocsearchError` into a message in the page; anything else is logged on the
+`build_ui()` returns a `gr.Blocks` with two tabs. Search: query, mode, collection, k and filters
+(path glob, file type, modified date); ranked results; clicking one previews its document at the
+page, the passage and terms marked. Index: a folder under the allowed root, progress, the per-file
+report. `serve()` mounts the UI next to the guarded file route (`files.py`), lets through only the
+routes the page uses (none of gradio's file or upload routes), and binds localhost by default.
+A handler shows a `DocsearchError` as a message in the page; anything else is logged on the
 server and shown as one line, never a traceback.
 Not here: the actions behind the events (`actions.py`), reading files (`files.py`).
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
 import os
 import re
-import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +25,15 @@ from docsearch.app.web.actions import (
     FILE_TYPES,
     MAX_K,
     Filters,
+    Picked,
     UIContext,
     UIProgress,
     attempt,
-    hit_item,
     message_html,
     results_html,
     status_html,
 )
-from docsearch.app.web.files import list_folders
+from docsearch.app.web.files import add_file_route, list_folders
 from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.errors import UsageError
@@ -97,10 +92,9 @@ watch('value', () => {
 
 
 @functools.cache
-def _private_folder() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="docsearch-ui-"))  # mode 0700, empty
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return folder
+def _private_folder() -> tempfile.TemporaryDirectory[str]:
+    # Mode 0700 and empty; removed when the process exits (the cache keeps it alive till then).
+    return tempfile.TemporaryDirectory(prefix="docsearch-ui-", ignore_cleanup_errors=True)
 
 
 def use_private_gradio_folders() -> Path:
@@ -110,7 +104,7 @@ def use_private_gradio_folders() -> Path:
     and the examples cache defaults to `.gradio/cached_examples` under the working directory.
     Neither is reused, even though the routes that would serve them are closed (`UIRoutesOnly`).
     """
-    folder = _private_folder()
+    folder = Path(_private_folder().name)
     os.environ["GRADIO_TEMP_DIR"] = str(folder)
     os.environ["GRADIO_EXAMPLES_CACHE"] = str(folder / "cached_examples")
     return folder
@@ -150,28 +144,15 @@ def build_ui(
 
 
 def _on_load(gr: Any, ctx: UIContext) -> tuple[Any, str]:
-    update = _collection_choices(gr, ctx)
-    return update, status_html(ctx, update["value"])
+    names, value = _collections(ctx)
+    return gr.update(choices=names, value=value), status_html(ctx, value)
 
 
-def _collection_choices(gr: Any, ctx: UIContext, selected: str | None = None) -> Any:
+def _collections(ctx: UIContext, selected: str | None = None) -> tuple[list[str], str | None]:
+    """The collection picker's choices, and its value: `selected` if it exists, else the default."""
     names = attempt(ctx.collections, lambda _: [])
     value = selected if selected in names else attempt(ctx.default_collection, lambda _: None)
-    return gr.update(choices=names, value=value)
-
-
-@dataclass
-class SearchView:
-    """The search tab's components, so layout and wiring can be read separately."""
-
-    inputs: list[Any]  # query, collection, mode, k, glob, types, after, before
-    go: Any
-    message: Any
-    results: Any
-    hits: Any  # gr.State: what each result points at (kept on the server)
-    nav: Any  # gr.State: the previewed hit and page
-    preview: list[Any]  # head, body
-    pager: list[Any]  # previous, next
+    return names, value
 
 
 def _search_inputs(gr: Any, ctx: UIContext) -> tuple[list[Any], Any]:
@@ -185,12 +166,9 @@ def _search_inputs(gr: Any, ctx: UIContext) -> tuple[list[Any], Any]:
         )
         go = gr.Button("Search", variant="primary", scale=1, elem_id="ds-search")
     with gr.Row():
+        names, value = _collections(ctx)
         collection = gr.Dropdown(
-            attempt(ctx.collections, lambda _: []),
-            value=attempt(ctx.default_collection, lambda _: None),
-            label="Collection",
-            elem_id="ds-collection",
-            scale=2,
+            names, value=value, label="Collection", elem_id="ds-collection", scale=2
         )
         mode = gr.Radio(list(MODES), value="hybrid", label="Mode", elem_id="ds-mode", scale=2)
         k = gr.Slider(1, MAX_K, value=10, step=1, label="Results (k)", elem_id="ds-k", scale=2)
@@ -206,8 +184,8 @@ def _search_inputs(gr: Any, ctx: UIContext) -> tuple[list[Any], Any]:
     return [query, collection, mode, k, glob, types, after, before], go
 
 
-def _search_layout(gr: Any, ctx: UIContext) -> SearchView:
-    inputs, go = _search_inputs(gr, ctx)
+def _results_and_preview(gr: Any) -> tuple[Any, ...]:
+    """The message line, the results list, and the preview (head, page buttons, body)."""
     message = gr.HTML("", elem_id="ds-message")
     with gr.Row():
         with gr.Column(scale=5):
@@ -225,14 +203,19 @@ def _search_layout(gr: Any, ctx: UIContext) -> SearchView:
                 prev_btn = gr.Button("◀ Previous page", size="sm", visible=False, elem_id="ds-prev")
                 next_btn = gr.Button("Next page ▶", size="sm", visible=False, elem_id="ds-next")
             body = gr.HTML("", elem_id="ds-preview", js_on_load=PREVIEW_JS, max_height=900)
-    return SearchView(
-        inputs, go, message, results, gr.State([]), gr.State({}), [head, body], [prev_btn, next_btn]
-    )
+    return message, results, head, body, prev_btn, next_btn
 
 
 def _search_tab(gr: Any, ctx: UIContext) -> Any:
-    """Lay out the search tab and wire its events; returns the collection picker."""
-    view = _search_layout(gr, ctx)
+    """Lay out the search tab and wire its events; returns the collection picker.
+
+    Each handler returns {component: value} for what it changes: a failure changes only the
+    message, so the last results and preview stay.
+    """
+    inputs, go = _search_inputs(gr, ctx)
+    message, results, head, body, prev_btn, next_btn = _results_and_preview(gr)
+    # Kept on the server: what each result points at, and the previewed hit and page.
+    hits, nav = gr.State([]), gr.State({})
 
     def run_search(
         query: str,
@@ -243,69 +226,53 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
         types: list[str],
         after: str | None,
         before: str | None,
-    ) -> tuple[Any, ...]:
-        def action() -> tuple[Any, ...]:
+    ) -> dict[Any, Any]:
+        def action() -> dict[Any, Any]:
             filters = Filters(glob or "", tuple(types or ()), after, before)
             found = ctx.search(query, collection, mode, int(k), filters)
-            return (
-                results_html(found),
-                "",
-                [hit_item(h, found.collection, query) for h in found.hits],
-            )
+            items = [Picked(h, found.collection, query) for h in found.hits]
+            return {results: results_html(found), message: "", hits: items}
 
-        return attempt(action, lambda msg: (gr.skip(), message_html(msg), gr.skip()))
+        return attempt(action, lambda msg: {message: message_html(msg)})
 
-    def open_hit(items: list[dict[str, Any]], evt: gr.EventData) -> tuple[Any, ...]:
+    def preview_failed(msg: str) -> dict[Any, Any]:
+        return {message: message_html(f"cannot preview: {msg}")}
+
+    def show(item: Picked, page: int | None) -> dict[Any, Any]:
+        def action() -> dict[Any, Any]:
+            view = ctx.preview(item, page)
+            first, last = view.paged and view.page > 1, view.paged and view.page < view.pages
+            return {
+                head: view.head,
+                body: view.body,
+                message: "",
+                nav: {"item": item, "page": view.page},
+                prev_btn: gr.update(visible=view.paged, interactive=first),
+                next_btn: gr.update(visible=view.paged, interactive=last),
+            }
+
+        return attempt(action, preview_failed)
+
+    def open_hit(items: list[Picked], evt: gr.EventData) -> dict[Any, Any]:
         rank = int((evt._data or {}).get("rank", 0))
         if not 1 <= rank <= len(items):
-            return _preview_failed(gr, "that result is gone; search again")
-        return _show(gr, ctx, items[rank - 1], None)
+            return preview_failed("that result is gone; search again")
+        return show(items[rank - 1], None)
 
     # The annotation above is a string (postponed evaluation); gradio needs the class itself
     # to recognise the event-data parameter.
     open_hit.__annotations__["evt"] = gr.EventData
 
-    def turn(nav: dict[str, Any], step: int) -> tuple[Any, ...]:
-        if not nav:
-            return _preview_failed(gr, "open a result first")
-        return _show(gr, ctx, nav["item"], nav["page"] + step)
+    def turn(at: dict[str, Any], step: int) -> dict[Any, Any]:
+        return show(at["item"], at["page"] + step) if at else preview_failed("open a result first")
 
-    searched = [view.results, view.message, view.hits]
-    for trigger in (view.inputs[0].submit, view.go.click):
-        trigger(run_search, view.inputs, searched, concurrency_limit=4)
-    shown = [*view.preview, view.message, view.nav, *view.pager]
-    view.results.click(open_hit, [view.hits], shown, concurrency_limit=4)
-    view.pager[0].click(lambda nav: turn(nav, -1), [view.nav], shown)
-    view.pager[1].click(lambda nav: turn(nav, 1), [view.nav], shown)
-    return view.inputs[1]
-
-
-def _show(gr: Any, ctx: UIContext, item: dict[str, Any], page: int | None) -> tuple[Any, ...]:
-    def action() -> tuple[Any, ...]:
-        view = ctx.preview(item, page)
-        nav = {"item": item, "page": view.page}
-        first, last = view.paged and view.page > 1, view.paged and view.page < view.pages
-        return (
-            view.head,
-            view.body,
-            "",
-            nav,
-            gr.update(visible=view.paged, interactive=first),
-            gr.update(visible=view.paged, interactive=last),
-        )
-
-    return attempt(action, lambda msg: _preview_failed(gr, msg))
-
-
-def _preview_failed(gr: Any, msg: str) -> tuple[Any, ...]:
-    return (
-        gr.skip(),
-        gr.skip(),
-        message_html(f"cannot preview: {msg}"),
-        gr.skip(),
-        gr.skip(),
-        gr.skip(),
-    )
+    for trigger in (inputs[0].submit, go.click):
+        trigger(run_search, inputs, [results, message, hits], concurrency_limit=4)
+    shown = [head, body, message, nav, prev_btn, next_btn]
+    results.click(open_hit, [hits], shown, concurrency_limit=4)
+    prev_btn.click(lambda at: turn(at, -1), [nav], shown)
+    next_btn.click(lambda at: turn(at, 1), [nav], shown)
+    return inputs[1]
 
 
 def _index_tab(gr: Any, ctx: UIContext, collection_box: Any) -> None:
@@ -345,16 +312,17 @@ def _index_tab(gr: Any, ctx: UIContext, collection_box: Any) -> None:
         wrap=True,
     )
 
-    def run(f: str, n: str, e: str, progress: Any = gr.Progress()) -> tuple[Any, ...]:  # noqa: B008
+    def run(f: str, n: str, e: str, progress: Any = gr.Progress()) -> dict[Any, Any]:  # noqa: B008
         def report_progress(done: int, total: int, what: str) -> None:
             progress((done, max(total, 1)), desc=f"indexing {what}", unit="files")
 
-        def action() -> tuple[Any, ...]:
+        def action() -> dict[Any, Any]:
             summary, rows = ctx.index(f or ".", n or "", e, UIProgress(report_progress))
-            chosen = n.strip() or None
-            return message_html(summary, "info"), rows, _collection_choices(gr, ctx, chosen)
+            names, value = _collections(ctx, n.strip() or None)
+            picked = gr.update(choices=names, value=value)
+            return {status: message_html(summary, "info"), report: rows, collection_box: picked}
 
-        return attempt(action, lambda msg: (message_html(msg), gr.skip(), gr.skip()))
+        return attempt(action, lambda msg: {status: message_html(msg)})
 
     start.click(
         run,
@@ -377,19 +345,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # folder, the examples cache and whatever `allowed_paths` names), uploads, streams, the API
 # description, run history. Gradio versions that add routes stay closed until they are listed here.
 UI_ROUTES = frozenset(
-    {
-        "/",
-        "/config",
-        "/config/",
-        "/theme.css",
-        "/favicon.ico",
-        "/robots.txt",
-        "/docsearch/file",
-        "/gradio_api/queue/join",
-        "/gradio_api/queue/data",
-        "/gradio_api/cancel",
-        "/gradio_api/reset",
-    }
+    "/ /config /config/ /theme.css /favicon.ico /robots.txt /docsearch/file /gradio_api/queue/join "
+    "/gradio_api/queue/data /gradio_api/cancel /gradio_api/reset".split()
 )
 UI_ROUTE_PATTERN = re.compile(r"/(?:assets|static)(?:/[\w.-]+)+|/gradio_api/heartbeat/\w+")
 
@@ -440,11 +397,8 @@ def make_app(demo: Any) -> Any:
     from fastapi import FastAPI
 
     gr = _gradio()
-    ctx: UIContext = demo.docsearch_context
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    from docsearch.app.web.files import add_file_route
-
-    add_file_route(app, ctx.guard)
+    add_file_route(app, demo.docsearch_context.guard)
     demo.queue(default_concurrency_limit=4)
     mounted = gr.mount_gradio_app(
         app,
