@@ -1,9 +1,10 @@
-"""The collection store: two LanceDB tables per collection, `<name>__chunks` and `<name>__files`.
+"""The collection store: LanceDB tables per collection, `<name>__chunks`, `__docs` and `__files`.
 
 The chunks table carries the collection's identity in its schema metadata (schema version, the
 encoder spec, the chunker settings), so a later run re-opens it with the same encoder and a
 different encoder is refused. Writes are batched: one `merge_insert` replaces the chunks of a
-batch of files in a single commit (a file is never half old, half new), then the `files` table
+batch of files in a single commit (a file is never half old, half new), a second one their rows
+in `docs` (one per file, derived from its chunks: whole text, mean vector), then the `files` table
 records them. Lexical search is LanceDB's native BM25 full-text index (built before the first
 rows are committed); vector search is cosine. While a run embeds, `<name>__pending_vectors`
 checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
@@ -125,6 +126,26 @@ class Candidate(ChunkView):
 RESULT_COLUMNS = ["id" if f.name == "chunk_id" else f.name for f in fields(ChunkView)]
 
 
+@dataclass(frozen=True)
+class DocCandidate:
+    """A document one document-level leg found (whole-text BM25, or the cosine similarity of
+    its mean chunk vector); `score` orders the leg, `raw_score` is the leg's own score."""
+
+    doc_id: str
+    path: str
+    score: float
+    raw_score: float
+    n_chunks: int
+    page_start: int
+    page_end: int
+
+
+DOC_COLUMNS = ["doc_id", "path", "n_chunks", "page_start", "page_end"]
+# Whole documents are matched on their words as written: measured best in benchmarks/doclevel.py
+# ("lance-plain"); the chunks keep the stemmed index.
+DOC_FTS: dict[str, Any] = {"with_position": True, "stem": False, "remove_stop_words": False}
+
+
 def _sql(where: str | ChunkFilter | None) -> str | None:
     """A read's filter as Lance takes it: docsearch's own SQL as is, a caller's filter compiled."""
     return where.sql() if isinstance(where, ChunkFilter) else where
@@ -185,6 +206,67 @@ def chunks_schema(dim: int | None, meta: CollectionMeta):  # type: ignore[no-unt
     if dim:
         fields.append(pa.field("vector", pa.list_(pa.float32(), dim)))
     return pa.schema(fields, metadata={META_KEY: meta.to_json()})
+
+
+def docs_schema(dim: int | None):  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    fields = [
+        pa.field("doc_id", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("title", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("n_chunks", pa.int32()),
+        pa.field("page_start", pa.int32()),
+        pa.field("page_end", pa.int32()),
+    ]
+    if dim:
+        fields.append(pa.field("vector", pa.list_(pa.float32(), dim)))
+    return pa.schema(fields)
+
+
+# Columns of the chunk rows a document row is made from.
+DOC_SOURCE = "doc_id path title text ordinal page_start page_end char_start char_end".split()
+
+
+def document_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The docs-table rows of the files whose chunk rows (all of each file's) are `rows`."""
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_path.setdefault(row["path"], []).append(row)
+    return [
+        _document_row(sorted(chunks, key=lambda r: r["ordinal"])) for chunks in by_path.values()
+    ]
+
+
+def _document_row(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    first = chunks[0]
+    row = {key: first[key] for key in ("doc_id", "path", "title")}
+    row["text"] = whole_text(chunks)
+    row["n_chunks"] = len(chunks)
+    row["page_start"] = min(c["page_start"] for c in chunks)
+    row["page_end"] = max(c["page_end"] for c in chunks)
+    if "vector" in first:  # the normalised mean of the chunk vectors, summed in float64
+        mean = np.asarray([c["vector"] for c in chunks], dtype=np.float64).mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        row["vector"] = (mean / norm if norm else mean).astype(np.float32).tolist()
+    return row
+
+
+def whole_text(chunks: Sequence[dict[str, Any]]) -> str:
+    """A document's text from its chunks (in order): every character at its own offset.
+
+    The chunker leaves out only whitespace (between pieces, and around the text), so the
+    characters no chunk holds are written as spaces: the same words at the same offsets, which is
+    all the full-text index reads. Overlapping chunks contribute their new characters only.
+    """
+    parts, end = [], 0
+    for chunk in chunks:
+        start = chunk["char_start"]
+        parts.append(" " * (start - end) if start > end else "")
+        parts.append(chunk["text"][max(0, end - start) :])
+        end = max(end, chunk["char_end"])
+    return "".join(parts)
 
 
 def files_schema():  # type: ignore[no-untyped-def]
@@ -265,8 +347,9 @@ def table_uri(db_uri: str, table: str) -> str:
 #
 # A Lance table exists once its first manifest (`_versions/*.manifest`) is written. A process
 # killed while creating one leaves a folder without it (only `_transactions/`): not a table, and
-# no data in it. A collection is complete when both its tables are; the chunks table is created
-# last, so a complete collection never lacks its files table.
+# no data in it. A collection is complete when its chunks and files tables are; the chunks table
+# is created last, so a complete collection never lacks its files table. Its docs table is derived
+# from the chunks: a collection built before it existed gets it from its next writer (backfill).
 
 READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
 COLLECTION_TABLES = ("chunks", "files")
@@ -387,6 +470,29 @@ def _dataset(uri: str):  # type: ignore[no-untyped-def]
     return lance.dataset(uri, session=_session())
 
 
+def _has_index(table: Any, name: str) -> bool:
+    return name in {cfg.name for cfg in table.list_indices()}
+
+
+def _index_documents(table: Any) -> Any:
+    from lancedb.index import FTS
+
+    table.create_index("text", config=FTS(**DOC_FTS), replace=True)
+    return table
+
+
+def _replace(table: Any, key: str, rows: Any, paths: Sequence[str]) -> None:
+    """One commit: upsert `rows` (by `key`) and delete every other row of `paths`."""
+    if not len(rows):
+        if paths:
+            table.delete(sql_in("path", paths))
+        return
+    merge = table.merge_insert(key).when_matched_update_all().when_not_matched_insert_all()
+    if paths:
+        merge = merge.when_not_matched_by_source_delete(sql_in("path", paths))
+    merge.execute(rows)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -404,6 +510,7 @@ class Store:
         self.uri = _canonical_uri(uri or db.uri)
         self._search_indexed = False  # the full-text index exists (checked once per Store)
         self._first_build = False  # this Store created that index while the table was filling
+        self._has_documents = False
         self.meta = self._stored_meta()
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -425,6 +532,11 @@ class Store:
     @cached_property
     def files_table(self) -> Any:
         return self.db.open_table(f"{self.name}__files")
+
+    @cached_property
+    def docs(self) -> Any:
+        """The LanceDB docs table: one row per file that has chunks."""
+        return self.db.open_table(f"{self.name}__docs")
 
     def _uri(self, table: str) -> str:
         return table_uri(self.uri, f"{self.name}__{table}")
@@ -477,17 +589,62 @@ class Store:
                 db.create_table(f"{name}__files", schema=files_schema())
             store = cls(db, name)
             store.check_compatible(meta)
+            store.ensure_documents()
             return store
         if any(s != ABSENT for s in state.values()):
             log.warning(
                 "collection %r was not fully created (interrupted); creating it again", name
             )
         # Stale records would claim files are indexed; stale vectors may be another encoder's.
-        _drop_tables(db, db_uri, name, [PENDING_TABLE, "files", "chunks"])
+        _drop_tables(db, db_uri, name, [PENDING_TABLE, "files", "docs", "chunks"])
         dim = meta.encoder["dim"] if meta.encoder else None
         db.create_table(f"{name}__files", schema=files_schema())
+        _index_documents(db.create_table(f"{name}__docs", schema=docs_schema(dim)))
         db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))  # last: the marker
         return cls(db, name)
+
+    def ensure_documents(self) -> None:
+        """Give a collection built before the docs table existed (or whose docs creation was
+        killed) its documents, made from the stored chunks and vectors: nothing is extracted or
+        embedded again. Written in one step, then indexed; a kill between the two leaves a table
+        without its index, which `has_documents` does not count and the next writer indexes."""
+        state = table_state(self.uri, f"{self.name}__docs")
+        if state != READY:
+            _drop_tables(self.db, self.uri, self.name, ["docs"])
+            started = time.perf_counter()
+            schema = docs_schema(self.meta.encoder["dim"] if self.meta.encoder else None)
+            self.db.create_table(
+                f"{self.name}__docs", data=self._documents_from_chunks(schema), schema=schema
+            )
+            log.info(
+                "collection %r: document table built from its %d stored chunks in %.1f s",
+                self.name,
+                self.count_chunks(),
+                time.perf_counter() - started,
+            )
+        if not _has_index(self.docs, "text_idx"):
+            _index_documents(self.docs)
+
+    def _documents_from_chunks(self, schema: Any) -> Iterator[Any]:
+        import pyarrow as pa
+
+        paths = sorted(set(self._read("chunks").to_table(columns=["path"])["path"].to_pylist()))
+        columns = [*DOC_SOURCE, "vector"] if self.has_vectors else DOC_SOURCE
+        yield pa.RecordBatch.from_pylist([], schema=schema)  # a first batch, even for no paths
+        for start in range(0, len(paths), 500):
+            rows = self.rows(sql_in("path", paths[start : start + 500]), columns)
+            yield pa.RecordBatch.from_pylist(document_rows(rows), schema=schema)
+
+    @property
+    def has_documents(self) -> bool:
+        """Whether the docs table is there with its full-text index. False for a collection
+        built before docsearch had it, until a writer opens it (`docsearch index` backfills
+        it): the retriever then ranks documents by their chunks alone."""
+        if not self._has_documents:  # once there, it stays (a rebuilt collection: is_current)
+            ready = table_state(self.uri, f"{self.name}__docs") == READY
+            indexes = self._read("docs").describe_indices() if ready else []
+            self._has_documents = any(index.name == "text_idx" for index in indexes)
+        return self._has_documents
 
     def check_compatible(self, meta: CollectionMeta) -> None:
         old, new = self.meta.encoder, meta.encoder
@@ -625,12 +782,14 @@ class Store:
         deleted: Sequence[str] = (),
         fragments: Sequence[Any] = (),
     ) -> None:
-        """Replace the chunks of `updates` and drop `deleted` paths: chunks first, then files.
+        """Replace the chunks and documents of `updates` and drop `deleted` paths: chunks first,
+        then documents (each file's row made from its chunks), then files.
 
         The new chunks are the updates' rows, or `fragments` written beforehand by
         `write_fragments` (the Ray engine's actors; then the updates carry no rows). Either way
-        the chunks change in one Lance version. A crash between the two commits leaves files that
-        look changed; the next run redoes them, finding their vectors already stored, so the end
+        each table changes in one Lance version. The files table is the record of what is done: a
+        crash before it is written leaves files that look changed (or deleted files still
+        recorded), so the next run redoes them, finding their vectors already stored, and the end
         state equals a clean build.
         """
         replaced = [u.record.path for u in updates if u.rows is not None]
@@ -640,53 +799,48 @@ class Store:
             self.ensure_search_indexes()  # before the rows land: none is ever unsearchable
         if fragments:
             assert not rows, "new chunks come as rows or as fragments, not both"
-            self._commit_fragments(fragments, gone)
-        elif rows:
-            (
-                self.chunks.merge_insert("id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .when_not_matched_by_source_delete(sql_in("path", gone))
-                .execute(rows)
-            )
-        elif gone:
-            self.chunks.delete(sql_in("path", gone))
-        records = [asdict(u.record) for u in updates]
-        if records:
-            merge = self.files_table.merge_insert("path").when_matched_update_all()
-            merge = merge.when_not_matched_insert_all()
-            if deleted:
-                merge = merge.when_not_matched_by_source_delete(sql_in("path", deleted))
-            merge.execute(records)
-        elif deleted:
-            self.files_table.delete(sql_in("path", deleted))
+            for kind in ("chunks", "docs"):
+                self._commit_fragments(kind, [f for k, f in fragments if k == kind], gone)
+        else:
+            _replace(self.chunks, "id", rows, gone)
+            _replace(self.docs, "path", self._as_docs(document_rows(rows)), gone)
+        _replace(self.files_table, "path", [asdict(u.record) for u in updates], deleted)
 
-    def write_fragments(self, rows: list[dict[str, Any]]) -> list[Any]:
-        """Write chunk rows (with their vectors) as new data files of the chunks table, without
-        committing them: what `commit(..., fragments=)` adds. Many processes may write at once
-        (the Ray engine's actors); nothing is visible until the one commit."""
+    def _as_docs(self, rows: list[dict[str, Any]]) -> Any:
+        import pyarrow as pa
+
+        return pa.Table.from_pylist(rows, schema=self._read("docs").schema)
+
+    def write_fragments(self, rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+        """Write chunk rows (with their vectors), and their files' document rows, as new data
+        files of the chunks and docs tables without committing them: what
+        `commit(..., fragments=)` adds. Many processes may write at once (the Ray engine's
+        actors; each file's rows all in one call); nothing is visible until the one commit."""
         if not rows:
             return []
         import pyarrow as pa
         from lance.fragment import write_fragments
 
-        dataset = self._read("chunks")
-        data = pa.Table.from_pylist(rows, schema=dataset.schema)
-        return list(
-            write_fragments(
-                data,
-                dataset.uri,
-                schema=dataset.schema,
-                data_storage_version=dataset.data_storage_version,
+        written = []
+        for kind, data in (("chunks", rows), ("docs", document_rows(rows))):
+            dataset = self._read(kind)
+            table = pa.Table.from_pylist(data, schema=dataset.schema)
+            version = dataset.data_storage_version
+            new = write_fragments(
+                table, dataset.uri, schema=dataset.schema, data_storage_version=version
             )
-        )
+            written += [(kind, fragment) for fragment in new]
+        return written
 
-    def _commit_fragments(self, fragments: Sequence[Any], gone_paths: Sequence[str]) -> None:
-        """Add `fragments` and delete every older row whose path is in `gone_paths`, atomically
-        (one Lance `Update`: the fragments holding such rows are rewritten without them)."""
+    def _commit_fragments(
+        self, kind: str, fragments: Sequence[Any], gone_paths: Sequence[str]
+    ) -> None:
+        """Add `fragments` to table `kind` and delete every older row whose path is in
+        `gone_paths`, atomically (one Lance `Update`: the fragments holding such rows are
+        rewritten without them)."""
         import lance
 
-        dataset = self._read("chunks")
+        dataset = self._read(kind)
         removed, updated = [], []
         if gone_paths:
             where = sql_in("path", gone_paths)
@@ -703,7 +857,7 @@ class Store:
             removed_fragment_ids=removed, updated_fragments=updated, new_fragments=list(fragments)
         )
         lance.LanceDataset.commit(dataset, operation, read_version=dataset.version)
-        self.chunks.checkout_latest()
+        (self.chunks if kind == "chunks" else self.docs).checkout_latest()
 
     def ensure_search_indexes(self) -> None:
         """Build the full-text and scalar indexes if the table has none, even while it is
@@ -713,9 +867,11 @@ class Store:
         them (a first build: all its rows again, in one pass)."""
         if self._search_indexed:
             return
-        if "text_idx" not in {cfg.name for cfg in self.chunks.list_indices()}:
+        if not _has_index(self.chunks, "text_idx"):
             self._create_search_indexes()
             self._first_build = True
+        if not _has_index(self.docs, "text_idx"):
+            _index_documents(self.docs)
         self._search_indexed = True
 
     def _create_search_indexes(self) -> None:
@@ -724,6 +880,7 @@ class Store:
         self.chunks.create_index("text", config=FTS(with_position=True), replace=True)
         for column in ("path", "text_sha"):
             self.chunks.create_index(column, config=BTree(), replace=True)
+        _index_documents(self.docs)
 
     def refresh_indexes(self, build: IndexBuild | None = None) -> None:
         """At the end of a run: bring the full-text, scalar and vector indexes up to date (once
@@ -741,14 +898,16 @@ class Store:
             if build.workers:  # many small fragments from the workers: merged first
                 import lance_ray
 
-                lance_ray.compact_files(self._uri("chunks"), **build.on_ray())
+                for kind in ("chunks", "docs"):
+                    lance_ray.compact_files(self._uri(kind), **build.on_ray())
                 self.chunks.checkout_latest()
+                self.docs.checkout_latest()
             self._create_search_indexes()
             self._first_build = False
         if self.has_vectors and "vector_idx" not in existing and rows >= build.vector_min_rows:
             self._create_vector_index(build.vector_params or vector_index_params(rows), build)
-        self.chunks.optimize()
-        self.files_table.optimize()
+        for table in (self.chunks, self.docs, self.files_table):
+            table.optimize()
 
     def _create_vector_index(self, params: dict[str, Any], build: IndexBuild) -> None:
         if build.workers:
@@ -771,6 +930,7 @@ class Store:
             "files": int(self.files_table.count_rows()),
             "fts_index": fts is not None,
             "fts_unindexed_rows": fts.num_unindexed_rows if fts else self.count_chunks(),
+            "documents": self.count_documents() if self.has_documents else None,
             "versions": len(self.chunks.list_versions()),
             "last_write": self.last_write(),
         }
@@ -793,6 +953,50 @@ class Store:
         scan = {"nearest": nearest, "prefilter": True, "columns": [*RESULT_COLUMNS, "_distance"]}
         # Lance reports the cosine distance; candidates score by similarity (higher is better).
         return [_candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
+
+    def search_documents_text(
+        self, query: str, k: int, where: ChunkFilter | None
+    ) -> list[DocCandidate]:
+        """The `k` best documents for `query` by BM25 over their whole text (words as written:
+        no stemming, no stop words), best first. See `_search_documents` for what is empty."""
+        scan = {"full_text_query": query, "limit": k}
+        return [
+            self._doc(r, r.pop("_score")) for r in self._search_documents(where, "_score", scan)
+        ]
+
+    def search_documents_vector(
+        self, vector: np.ndarray, k: int, where: ChunkFilter | None
+    ) -> list[DocCandidate]:
+        """The `k` documents whose mean chunk vector is nearest to `vector` (cosine), best first."""
+        if not self.has_vectors:
+            raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
+        nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
+        rows = self._search_documents(where, "_distance", {"nearest": nearest})
+        return [self._doc(r, 1.0 - r.pop("_distance")) for r in rows]
+
+    def _search_documents(
+        self, where: ChunkFilter | None, score: str, scan: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Rows of one read of the docs table. `where`'s `path` and `paths` apply as they do to
+        chunks; a chunk-column `where` (page_start >= 3) cannot be judged per document, so the
+        read finds nothing, as it does without a docs table (`has_documents`): the retriever
+        then ranks documents by their chunks."""
+        if (where is not None and where.has_where) or not self.has_documents:
+            return []
+        columns = [*DOC_COLUMNS, score]
+        sql = where.sql() if where is not None else None
+        return list(
+            self._read("docs")
+            .to_table(filter=sql, prefilter=True, columns=columns, **scan)
+            .to_pylist()
+        )
+
+    @staticmethod
+    def _doc(row: dict[str, Any], score: float) -> DocCandidate:
+        return DocCandidate(**row, score=float(score), raw_score=float(score))
+
+    def count_documents(self) -> int:
+        return int(self._read("docs").count_rows())
 
     def search_text(self, query: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
         """The `k` best chunks for `query` by BM25 over `text` (stemmed words), best first."""
@@ -877,7 +1081,7 @@ def writer_lock(db_uri: str, name: str) -> Iterator[None]:
 def drop_collection(db_uri: str, name: str) -> None:
     """Drop a collection's tables, complete or not; the chunks table first, so an interrupted
     drop leaves an incomplete collection (reported, and repaired or dropped later)."""
-    tables = ["chunks", PENDING_TABLE, "files"]
+    tables = ["chunks", "docs", PENDING_TABLE, "files"]
     if all(table_state(db_uri, f"{name}__{kind}") == ABSENT for kind in tables):
         raise CollectionNotFoundError(f"no collection named {name!r} in {db_uri}")
     _drop_tables(connect(db_uri), db_uri, name, tables)
