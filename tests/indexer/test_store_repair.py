@@ -198,6 +198,7 @@ def test_killed_drop_then_index_rebuilds_instead_of_trusting_stale_records(
     store = Store.open(str(db), "good")
     assert store.count_chunks() > 0
     assert {r.n_chunks > 0 for r in store.file_records().values()} == {True}
+    assert len(documents(str(db), "good")) == 3  # the stale docs table was dropped with the rest
 
 
 def test_an_incomplete_collection_can_be_dropped(healthy: tuple[Path, Path]) -> None:
