@@ -127,7 +127,9 @@ def test_doctor_and_drop(indexed: tuple[Path, str]) -> None:
     report = json.loads(invoke("doctor", "--json", "--db", db).stdout)
     health = report["collections"]["samples"]
     assert health["fts_index"] and health["fts_unindexed_rows"] == 0 and not health["failed_files"]
+    assert health["documents"] == health["files"] == 5
     assert invoke("collections", "drop", "samples", "--yes", "--db", db).exit_code == 0
+    assert not list(Path(db).glob("samples__*"))  # chunks, docs and files tables all gone
     assert json.loads(invoke("collections", "list", "--json", "--db", db).stdout) == []
 
 

@@ -96,6 +96,7 @@ def prepare(
     complete, _ = survey(db)
     if name in complete:
         store = Store.open(db, name)
+        store.ensure_documents()  # a collection from before the docs table: backfilled
         encoder = _existing_encoder(store, encoder_name, options, runtime or {})
         return Prepared(
             store, encoder, make_chunker(encoder, ChunkerSettings(**store.meta.chunker))

@@ -183,46 +183,45 @@ def collection_name_for(folder_name: str) -> str:
 # Schemas
 
 
-def chunks_schema(dim: int | None, meta: CollectionMeta):  # type: ignore[no-untyped-def]
+# Each table's columns, "name:type" (pyarrow's type constructors), the vector column aside.
+CHUNK_COLUMNS = (
+    "id:string doc_id:string path:string title:string text:string ordinal:int32 "
+    "page_start:int32 page_end:int32 char_start:int64 char_end:int64 heading_path:string "
+    "n_tokens:int32 truncated:bool_ file_sha256:string text_sha:string"
+)
+DOC_TABLE_COLUMNS = (
+    "doc_id:string path:string title:string text:string n_chunks:int32 page_start:int32 "
+    "page_end:int32"
+)
+FILE_COLUMNS = (
+    "path:string sha256:string size:int64 mtime:float64 status:string reason:string "
+    "n_chunks:int32 indexed_at:float64 title:string"
+)
+
+
+def _schema(
+    columns: str, dim: int | None = None, metadata: dict[bytes, bytes] | None = None
+) -> Any:
+    """The Arrow schema of `columns`, with a float32 `vector` of `dim` when `dim` is set."""
     import pyarrow as pa
 
-    fields = [
-        pa.field("id", pa.string()),
-        pa.field("doc_id", pa.string()),
-        pa.field("path", pa.string()),
-        pa.field("title", pa.string()),
-        pa.field("text", pa.string()),
-        pa.field("ordinal", pa.int32()),
-        pa.field("page_start", pa.int32()),
-        pa.field("page_end", pa.int32()),
-        pa.field("char_start", pa.int64()),
-        pa.field("char_end", pa.int64()),
-        pa.field("heading_path", pa.string()),
-        pa.field("n_tokens", pa.int32()),
-        pa.field("truncated", pa.bool_()),
-        pa.field("file_sha256", pa.string()),
-        pa.field("text_sha", pa.string()),
-    ]
+    named = (column.split(":") for column in columns.split())
+    fields = [pa.field(name, getattr(pa, kind)()) for name, kind in named]
     if dim:
         fields.append(pa.field("vector", pa.list_(pa.float32(), dim)))
-    return pa.schema(fields, metadata={META_KEY: meta.to_json()})
+    return pa.schema(fields, metadata=metadata)
 
 
-def docs_schema(dim: int | None):  # type: ignore[no-untyped-def]
-    import pyarrow as pa
+def chunks_schema(dim: int | None, meta: CollectionMeta) -> Any:
+    return _schema(CHUNK_COLUMNS, dim, {META_KEY: meta.to_json()})
 
-    fields = [
-        pa.field("doc_id", pa.string()),
-        pa.field("path", pa.string()),
-        pa.field("title", pa.string()),
-        pa.field("text", pa.string()),
-        pa.field("n_chunks", pa.int32()),
-        pa.field("page_start", pa.int32()),
-        pa.field("page_end", pa.int32()),
-    ]
-    if dim:
-        fields.append(pa.field("vector", pa.list_(pa.float32(), dim)))
-    return pa.schema(fields)
+
+def docs_schema(dim: int | None) -> Any:
+    return _schema(DOC_TABLE_COLUMNS, dim)
+
+
+def files_schema() -> Any:
+    return _schema(FILE_COLUMNS)
 
 
 # Columns of the chunk rows a document row is made from.
@@ -267,24 +266,6 @@ def whole_text(chunks: Sequence[dict[str, Any]]) -> str:
         parts.append(chunk["text"][max(0, end - start) :])
         end = max(end, chunk["char_end"])
     return "".join(parts)
-
-
-def files_schema():  # type: ignore[no-untyped-def]
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            pa.field("path", pa.string()),
-            pa.field("sha256", pa.string()),
-            pa.field("size", pa.int64()),
-            pa.field("mtime", pa.float64()),
-            pa.field("status", pa.string()),
-            pa.field("reason", pa.string()),
-            pa.field("n_chunks", pa.int32()),
-            pa.field("indexed_at", pa.float64()),
-            pa.field("title", pa.string()),
-        ]
-    )
 
 
 def connect(db_uri: str):  # type: ignore[no-untyped-def]
@@ -481,9 +462,9 @@ def _index_documents(table: Any) -> Any:
     return table
 
 
-def _replace(table: Any, key: str, rows: Any, paths: Sequence[str]) -> None:
+def _replace(table: Any, key: str, rows: list[dict[str, Any]], paths: Sequence[str]) -> None:
     """One commit: upsert `rows` (by `key`) and delete every other row of `paths`."""
-    if not len(rows):
+    if not rows:
         if paths:
             table.delete(sql_in("path", paths))
         return
@@ -608,19 +589,14 @@ class Store:
         killed) its documents, made from the stored chunks and vectors: nothing is extracted or
         embedded again. Written in one step, then indexed; a kill between the two leaves a table
         without its index, which `has_documents` does not count and the next writer indexes."""
-        state = table_state(self.uri, f"{self.name}__docs")
-        if state != READY:
-            _drop_tables(self.db, self.uri, self.name, ["docs"])
-            started = time.perf_counter()
-            schema = docs_schema(self.meta.encoder["dim"] if self.meta.encoder else None)
-            self.db.create_table(
-                f"{self.name}__docs", data=self._documents_from_chunks(schema), schema=schema
-            )
+        if table_state(self.uri, f"{self.name}__docs") != READY:
+            _drop_tables(self.db, self.uri, self.name, ["docs"])  # a creation killed half-way
+            started, schema = time.perf_counter(), docs_schema(self._dim)
+            data = self._documents_from_chunks(schema)
+            self.db.create_table(f"{self.name}__docs", data=data, schema=schema)
             log.info(
-                "collection %r: document table built from its %d stored chunks in %.1f s",
-                self.name,
-                self.count_chunks(),
-                time.perf_counter() - started,
+                "collection %r: %d documents made from its stored chunks in %.1f s",
+                *(self.name, self.count_documents(), time.perf_counter() - started),
             )
         if not _has_index(self.docs, "text_idx"):
             _index_documents(self.docs)
@@ -668,6 +644,10 @@ class Store:
     @property
     def has_vectors(self) -> bool:
         return self.meta.encoder is not None
+
+    @property
+    def _dim(self) -> int | None:
+        return self.meta.encoder["dim"] if self.meta.encoder else None
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -803,13 +783,8 @@ class Store:
                 self._commit_fragments(kind, [f for k, f in fragments if k == kind], gone)
         else:
             _replace(self.chunks, "id", rows, gone)
-            _replace(self.docs, "path", self._as_docs(document_rows(rows)), gone)
+            _replace(self.docs, "path", document_rows(rows), gone)
         _replace(self.files_table, "path", [asdict(u.record) for u in updates], deleted)
-
-    def _as_docs(self, rows: list[dict[str, Any]]) -> Any:
-        import pyarrow as pa
-
-        return pa.Table.from_pylist(rows, schema=self._read("docs").schema)
 
     def write_fragments(self, rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         """Write chunk rows (with their vectors), and their files' document rows, as new data
@@ -857,7 +832,7 @@ class Store:
             removed_fragment_ids=removed, updated_fragments=updated, new_fragments=list(fragments)
         )
         lance.LanceDataset.commit(dataset, operation, read_version=dataset.version)
-        (self.chunks if kind == "chunks" else self.docs).checkout_latest()
+        getattr(self, kind).checkout_latest()  # `chunks` or `docs`
 
     def ensure_search_indexes(self) -> None:
         """Build the full-text and scalar indexes if the table has none, even while it is
@@ -870,8 +845,6 @@ class Store:
         if not _has_index(self.chunks, "text_idx"):
             self._create_search_indexes()
             self._first_build = True
-        if not _has_index(self.docs, "text_idx"):
-            _index_documents(self.docs)
         self._search_indexed = True
 
     def _create_search_indexes(self) -> None:
@@ -889,37 +862,38 @@ class Store:
         VECTOR_INDEX_MIN_ROWS chunks)."""
         build = build or IndexBuild()
         self.drop_pending_vectors()
-        existing = {cfg.name for cfg in self.chunks.list_indices()}
-        rows = self.count_chunks()
-        if rows == 0:
+        if self.count_chunks() == 0:
             return
-        if "text_idx" not in existing or self._first_build:
+        if not _has_index(self.chunks, "text_idx") or self._first_build:
             # A first build indexes all its rows in one pass, as if built only now.
             if build.workers:  # many small fragments from the workers: merged first
                 import lance_ray
 
                 for kind in ("chunks", "docs"):
                     lance_ray.compact_files(self._uri(kind), **build.on_ray())
-                self.chunks.checkout_latest()
-                self.docs.checkout_latest()
+                    getattr(self, kind).checkout_latest()
             self._create_search_indexes()
             self._first_build = False
-        if self.has_vectors and "vector_idx" not in existing and rows >= build.vector_min_rows:
-            self._create_vector_index(build.vector_params or vector_index_params(rows), build)
+        for kind in ("chunks", "docs"):
+            self._vector_index(kind, build)
         for table in (self.chunks, self.docs, self.files_table):
             table.optimize()
 
-    def _create_vector_index(self, params: dict[str, Any], build: IndexBuild) -> None:
+    def _vector_index(self, kind: str, build: IndexBuild) -> None:
+        """Table `kind`'s ANN index, built once it holds `build.vector_min_rows` vectors."""
+        rows = int(self._read(kind).count_rows())
+        table = getattr(self, kind)
+        if not self.has_vectors or rows < build.vector_min_rows or _has_index(table, "vector_idx"):
+            return
+        params = build.vector_params or vector_index_params(rows)
         if build.workers:
             import lance_ray
 
-            uri = self._uri("chunks")
-            lance_ray.create_index(
-                uri, column="vector", name="vector_idx", **build.on_ray(), **params
-            )
+            on_ray = {**build.on_ray(), **params}
+            lance_ray.create_index(self._uri(kind), column="vector", name="vector_idx", **on_ray)
         else:
-            self._read("chunks").create_index("vector", name="vector_idx", **params)
-        self.chunks.checkout_latest()  # the index was committed through another handle
+            self._read(kind).create_index("vector", name="vector_idx", **params)
+        table.checkout_latest()  # the index was committed through another handle
 
     def index_health(self) -> dict[str, Any]:
         """FTS coverage, versions and sizes, for `docsearch doctor`."""
@@ -971,6 +945,7 @@ class Store:
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
         nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
+        nearest.update(ANN_SEARCH)  # used only when the table has a vector index
         rows = self._search_documents(where, "_distance", {"nearest": nearest})
         return [self._doc(r, 1.0 - r.pop("_distance")) for r in rows]
 
