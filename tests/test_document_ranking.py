@@ -10,6 +10,7 @@ candidates, with the rules' arithmetic written out by hand (not docsearch.fusion
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,20 @@ def test_lexical_mode_ranks_the_spread_document_first(corpus: tuple[str, Path]) 
         assert hit.scores["lexical"]["score"] == pytest.approx(sum5[hit.doc_id], rel=1e-6)
         assert hit.scores["fused"] == {"rank": rank, "score": hit.score}
     assert hits[0].score == pytest.approx(1.0)  # first in both legs
+
+
+def test_without_a_document_table_documents_rank_by_their_best_chunk(
+    corpus: tuple[str, Path], tmp_path: Path
+) -> None:
+    db, _ = corpus
+    shutil.copytree(db, tmp_path / "db")
+    shutil.rmtree(tmp_path / "db" / "lex__docs.lance")  # as a collection built before it existed
+    retriever = Retriever("lex", db=str(tmp_path / "db"))
+    assert not retriever.store.has_documents
+    hits = retriever.search(QUERY, k=5, mode="lexical")
+    assert _names(hits)[:2] == ["single.txt", "spread.txt"]
+    assert set(hits[0].scores) == {"lexical", "fused"}
+    assert len(hits[1].passages) == 3  # passages still come from the chunk pool
 
 
 def _doc_mean_cosines(retriever: Retriever) -> dict[str, float]:
