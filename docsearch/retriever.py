@@ -156,14 +156,11 @@ class _Ranking:
     """Keys (chunk or document ids) fused by a rule, best first, with per-leg breakdowns."""
 
     def __init__(
-        self,
-        legs: dict[str, dict[str, float]],
-        rule: Fusion,
-        shown: dict[str, dict[str, float]] | None = None,
+        self, legs: dict[str, dict[str, float]], rule: Fusion, shown: dict[str, dict[str, float]]
     ) -> None:
         self.fused, self.agreement = rule.fuse(legs)
         self.order = sorted(self.fused, key=lambda key: (-self.fused[key], key))
-        self.shown = shown or legs  # the scores a breakdown reports (before any lift)
+        self.shown = shown  # the scores a breakdown reports (raw: before any lift)
         self.ranks = {leg: ranks(scores) for leg, scores in legs.items()}
 
     def scores(self, key: str, rank: int) -> dict[str, dict[str, float]]:
@@ -194,7 +191,9 @@ class Retriever:
         self.db = db or self.settings.db
         self.store = Store.open(self.db, resolve_collection(self.db, collection))
         self._encoder = encoder
-        # None: the default rules (fusion.DOCUMENT_RULES for documents, CHUNK_FUSION for passages)
+        # The hybrid rule. None: the default rules (fusion.DOCUMENT_RULES for documents,
+        # CHUNK_FUSION for passages); one over the chunk legs alone ranks documents by their best
+        # chunk in each leg and passages as well, one with document legs ranks documents only.
         self.fusion = fusion or self.settings.fusion()
 
     @property
@@ -292,16 +291,9 @@ class Retriever:
                 Passage(**_view(by_id[key], query), score=chunks.fused[key])
                 for key in best.get(doc, [])[:MAX_PASSAGES]
             ] or self._passages_of(doc_paths[doc], query, vector)
-            first = {f.name: getattr(passages[0], f.name) for f in fields(ChunkView)}
-            hits.append(
-                Hit(
-                    **first,
-                    snippet=passages[0].snippet,
-                    score=ranking.fused[doc],
-                    scores=ranking.scores(doc, i),
-                    passages=tuple(passages),
-                )
-            )
+            best_passage = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
+            best_passage["score"] = ranking.fused[doc]
+            hits.append(Hit(**best_passage, scores=ranking.scores(doc, i), passages=tuple(passages)))
         return hits
 
     def _document_rule(self, mode: str, flt: ChunkFilter) -> Fusion:
