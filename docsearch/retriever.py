@@ -293,7 +293,9 @@ class Retriever:
             ] or self._passages_of(doc_paths[doc], query, vector)
             best_passage = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
             best_passage["score"] = ranking.fused[doc]
-            hits.append(Hit(**best_passage, scores=ranking.scores(doc, i), passages=tuple(passages)))
+            hits.append(
+                Hit(**best_passage, scores=ranking.scores(doc, i), passages=tuple(passages))
+            )
         return hits
 
     def _document_rule(self, mode: str, flt: ChunkFilter) -> Fusion:
