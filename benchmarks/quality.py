@@ -263,7 +263,7 @@ def markdown(payload: dict[str, Any]) -> str:
     lines = ["# Retrieval quality: encoder x mode x dataset", ""]
     lines += machine_lines(payload["machine"], payload["command"])
     lines += [
-        f"- hybrid fusion: {payload['fusion']}",
+        f"- ranking rules: {payload['fusion']}",
         "- queries: test splits (a set without a split field is all test); document level, "
         "documents ranked by the rule of their mode (chunk legs over 500-chunk pools)",
         "",
