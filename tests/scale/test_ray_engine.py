@@ -34,13 +34,14 @@ pytest.importorskip("lance_ray")
 pytestmark = pytest.mark.ray  # `make test-ray` installs the extra and runs these
 
 HASHING: dict[str, Any] = {"encoder": "hashing", "options": {"max_tokens": 64}}
-# IVF_FLAT with 2 partitions trains on the sample corpus's ~70 rows and, probed fully, returns
-# exactly what brute force does: it exercises the distributed vector-index path in the tests.
+# IVF_FLAT with 2 partitions trains on the sample corpus's ~70 chunks (and its 5 documents: a
+# sample rate of 2 needs 4 rows) and, probed fully, returns exactly what brute force does: it
+# exercises the distributed vector-index path in the tests.
 SMALL_VECTOR_INDEX = {
     "index_type": "IVF_FLAT",
     "metric": "cosine",
     "num_partitions": 2,
-    "sample_rate": 8,
+    "sample_rate": 2,
 }
 
 
