@@ -29,7 +29,7 @@ from docsearch.defaults import (
     DEFAULT_TOKEN_BUDGET,
     GROUP_CHUNKS,
 )
-from docsearch.fusion import DEFAULT_FUSION, Fusion
+from docsearch.fusion import CHUNK_FUSION, Fusion
 
 APP = "docsearch"
 
@@ -91,17 +91,16 @@ class Settings(BaseSettings):
         ge=0,
         description="time allowed to extract one file (0: no limit, extract in this process)",
     )
-    # Defaults tuned on train/validation queries (benchmarks/results/fusion.md).
-    fusion_method: str = Field(
-        DEFAULT_FUSION.method, description="hybrid fusion: maxnorm, minmax or rrf"
+    # Left unset, hybrid search ranks documents by the document-level rule and passages by
+    # CHUNK_FUSION (docsearch.fusion). Setting any of these fuses the two chunk legs (dense,
+    # lexical) with this method and these weights instead, a document scoring as its best chunk
+    # in each, as before the document level existed (benchmarks/results/fusion.md).
+    fusion_method: str | None = Field(
+        None, description="hybrid fusion of the chunk legs: maxnorm, minmax, zscore or rrf"
     )
-    dense_weight: float = Field(
-        DEFAULT_FUSION.weights["dense"], description="weight of the dense leg in fusion"
-    )
-    lexical_weight: float = Field(
-        DEFAULT_FUSION.weights["lexical"], description="weight of the lexical leg in fusion"
-    )
-    rrf_k: int = Field(DEFAULT_FUSION.k, description="RRF constant k (rrf only)")
+    dense_weight: float | None = Field(None, description="weight of the dense chunk leg")
+    lexical_weight: float | None = Field(None, description="weight of the lexical chunk leg")
+    rrf_k: int = Field(CHUNK_FUSION.k, description="RRF constant k (rrf only)")
 
     @classmethod
     def settings_customise_sources(
@@ -129,6 +128,14 @@ class Settings(BaseSettings):
             merged.setdefault("model", self.model)
         return merged
 
-    def fusion(self) -> Fusion:
-        weights = {"dense": self.dense_weight, "lexical": self.lexical_weight}
-        return Fusion(self.fusion_method, weights, self.rrf_k)
+    def fusion(self) -> Fusion | None:
+        """The chunk-leg fusion the settings ask for; None (the default rules) if none is set."""
+        given = (self.fusion_method, self.dense_weight, self.lexical_weight)
+        if given == (None, None, None):
+            return None
+        default = CHUNK_FUSION.weights
+        weights = {
+            "dense": default["dense"] if self.dense_weight is None else self.dense_weight,
+            "lexical": default["lexical"] if self.lexical_weight is None else self.lexical_weight,
+        }
+        return Fusion(self.fusion_method or CHUNK_FUSION.method, weights, self.rrf_k)

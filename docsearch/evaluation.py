@@ -4,9 +4,9 @@ Metrics (document level, the way BEIR/pytrec_eval compute them): nDCG@k with lin
 (the graded relevance itself), Recall@k, MRR@k; a query's ranking is a list of document ids,
 best first, duplicates ignored. Averages are over the queries that have a relevant document.
 The runner indexes a `RetrievalSet` into a temporary collection through the real pipeline
-(extract -> chunk -> embed -> LanceDB), then asks the real `Retriever` (a document scores as its
-best chunk). For sets with answer spans (CUAD), it also scores passages: does one of the top-k
-chunks overlap the span that answers the query?
+(extract -> chunk -> embed -> LanceDB), then asks the real `Retriever` (documents ranked as
+search ranks them). For sets with answer spans (CUAD), it also scores passages: does one of the
+top-k chunks overlap the span that answers the query?
 Not here: reading datasets (`docsearch.corpora`), tables and plots (`benchmarks/`).
 """
 

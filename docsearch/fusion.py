@@ -1,21 +1,27 @@
-"""Combining ranked lists from the dense and lexical legs into one ranking.
+"""Combining search legs into one ranking, and the rules that do it by default.
 
-Pure functions over `{key: score}` dicts (higher is better). `maxnorm` (the default) blends
-each leg's scores divided by that leg's best score, a convex combination with the theoretical
-minimum 0 (Bruch et al., 2023, "An Analysis of Fusion Functions for Hybrid Retrieval"): a leg
-whose scores are flat (a weak dense leg over long documents) barely reorders the other, and the
-result does not depend on how deep the candidate pool was. `rrf` is reciprocal-rank fusion
-(Cormack et al., 2009) with per-leg weights; `minmax` blends min-max normalised scores. All
-return `{key: fused}`; `ranks` gives each leg's 1-based ranks for score breakdowns.
-Not here: choosing weights (benchmarks/fusion.py tunes them on train/val queries only).
+Pure functions over `{key: score}` dicts (higher is better). `blend` sums each leg's normalised
+scores times its weight: `maxnorm` divides by the leg's best score (Bruch et al., 2023, "An
+Analysis of Fusion Functions for Hybrid Retrieval"), `minmax` maps the leg onto [0, 1], `zscore`
+uses (score - mean) / std over the leg's candidates (a key the leg did not return gets its lowest
+z; under the others it gets 0), `rrf` is reciprocal-rank fusion (Cormack et al., 2009).
+`aggregate` turns a document's chunk scores into one (max, sum@m of its m best, lse@T a soft
+maximum in units of the query's best chunk). A `Fusion` is a rule: method, per-leg weights, the
+chunk legs' aggregators, and optionally the agreement guard (dense weights x min(1, overlap@10 of
+the lexical and dense sides / tau)). Legs: `lexical` and `dense` are chunk legs (BM25, cosine),
+`doc_lexical` and `doc_dense` document legs (whole-document BM25, doc-mean vector cosine).
+The definitions reproduce benchmarks/doclevel.py, which chose the document rules.
+Not here: choosing weights (benchmarks/fusion.py, benchmarks/doclevel.py), running legs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 Scores = Mapping[str, float]
+METHODS = ("maxnorm", "rrf", "minmax", "zscore")
 
 
 def ranks(scores: Scores) -> dict[str, int]:
@@ -24,69 +30,136 @@ def ranks(scores: Scores) -> dict[str, int]:
     return {key: i + 1 for i, key in enumerate(ordered)}
 
 
-def rrf(legs: Mapping[str, Scores], weights: Mapping[str, float], k: int = 60) -> dict[str, float]:
-    """sum over legs of weight / (k + rank); a key missing from a leg gets nothing from it."""
-    fused: dict[str, float] = {}
-    for leg, scores in legs.items():
-        weight = weights.get(leg, 1.0)
-        for key, rank in ranks(scores).items():
-            fused[key] = fused.get(key, 0.0) + weight / (k + rank)
-    return fused
+def _normalised(scores: Scores, method: str, k: int) -> tuple[dict[str, float], float]:
+    """A leg's scores as `method` normalises them, and the value of a key the leg lacks."""
+    values = list(scores.values())
+    if method == "maxnorm":  # a leg whose best score is not positive contributes nothing
+        scale = 1.0 / max(values) if max(values) > 0 else 0.0
+        return {key: s * scale for key, s in scores.items()}, 0.0
+    if method == "minmax":
+        low = min(values)
+        span = (max(values) - low) or 1.0
+        return {key: (s - low) / span for key, s in scores.items()}, 0.0
+    if method == "zscore":
+        mean = math.fsum(values) / len(values)
+        std = math.sqrt(math.fsum((s - mean) ** 2 for s in values) / len(values)) or 1.0
+        z = {key: (s - mean) / std for key, s in scores.items()}
+        return z, min(z.values())
+    if method == "rrf":
+        return {key: 1.0 / (k + rank) for key, rank in ranks(scores).items()}, 0.0
+    raise ValueError(f"unknown fusion method {method!r} ({', '.join(METHODS)})")
 
 
-def minmax(legs: Mapping[str, Scores], weights: Mapping[str, float]) -> dict[str, float]:
-    """sum over legs of weight * (score - min) / (max - min); missing keys count as the min."""
-    fused: dict[str, float] = {}
+def blend(
+    legs: Mapping[str, Scores], weights: Mapping[str, float], method: str, k: int = 60
+) -> dict[str, float]:
+    """sum over legs of weight x normalised score, over every key any leg returned."""
+    keys = {key for scores in legs.values() for key in scores}
+    fused = dict.fromkeys(keys, 0.0)
     for leg, scores in legs.items():
         if not scores:
             continue
-        low, high = min(scores.values()), max(scores.values())
-        span = (high - low) or 1.0
         weight = weights.get(leg, 1.0)
-        for key, score in scores.items():
-            fused[key] = fused.get(key, 0.0) + weight * (score - low) / span
+        norm, missing = _normalised(scores, method, k)
+        for key in keys:
+            fused[key] += weight * norm.get(key, missing)
     return fused
 
 
-def maxnorm(legs: Mapping[str, Scores], weights: Mapping[str, float]) -> dict[str, float]:
-    """sum over legs of weight * score / (the leg's best score); missing keys get 0 from a leg.
+def aggregate(per_doc: Mapping[str, Sequence[float]], how: str) -> dict[str, float]:
+    """Each document's score from its chunks' scores: `max`, `sum@m` (its m best), or `lse@T`
+    = T ln sum exp(s / (T s_best)), s_best the best chunk score of all (1 if not positive)."""
+    kind, _, arg = how.partition("@")
+    if kind == "max":
+        return {doc: max(scores) for doc, scores in per_doc.items()}
+    if kind == "sum" and arg.isdigit():
+        top = int(arg)
+        return {doc: math.fsum(sorted(s, reverse=True)[:top]) for doc, s in per_doc.items()}
+    if kind == "lse" and arg:
+        temp = float(arg)
+        best = max((s for scores in per_doc.values() for s in scores), default=0.0)
+        unit = temp * (best if best > 0 else 1.0)
+        return {
+            doc: temp * math.log(math.fsum(math.exp(s / unit) for s in scores))
+            for doc, scores in per_doc.items()
+        }
+    raise ValueError(f"unknown chunk aggregator {how!r} (max, sum@m, lse@T)")
 
-    Scores are taken as >= 0 with 0 meaning "no match" (BM25; cosine of any useful match); a leg
-    whose best score is not positive contributes nothing.
-    """
-    fused: dict[str, float] = {}
-    for leg, scores in legs.items():
-        best = max(scores.values(), default=0.0)
-        scale = weights.get(leg, 1.0) / best if best > 0 else 0.0
-        for key, score in scores.items():
-            fused[key] = fused.get(key, 0.0) + scale * score
-    return fused
+
+def overlap_at_10(a: Scores, b: Scores) -> float:
+    """Share of the two rankings' top 10 keys that they have in common (out of 10)."""
+    top_a, top_b = (set(sorted(s, key=lambda key: (-s[key], key))[:10]) for s in (a, b))
+    return len(top_a & top_b) / 10.0
 
 
-METHODS = ("maxnorm", "rrf", "minmax")
+def is_dense(leg: str) -> bool:
+    return "dense" in leg
 
 
 @dataclass(frozen=True)
 class Fusion:
-    """How hybrid search fuses its legs: a method from METHODS and per-leg weights.
-
-    The bare constructor is unweighted RRF; the product default is `DEFAULT_FUSION`.
-    """
+    """A fusion rule: `method` from METHODS over the legs `weights` names (a leg it does not
+    name, or weighs 0, is left out); `aggregate` says how a chunk leg scores a document (max
+    when not named); `tau` turns on the agreement guard. One weighted leg ranks by its own
+    scores. The bare constructor is unweighted RRF over the two chunk legs."""
 
     method: str = "rrf"
     weights: dict[str, float] = field(default_factory=lambda: {"dense": 1.0, "lexical": 1.0})
     k: int = 60
+    aggregate: dict[str, str] = field(default_factory=dict)
+    tau: float | None = None
+
+    @property
+    def uses_documents(self) -> bool:
+        """Whether the rule weighs a document leg (which needs the collection's document table)."""
+        return any(w and leg.startswith("doc_") for leg, w in self.weights.items())
 
     def __call__(self, legs: Mapping[str, Scores]) -> dict[str, float]:
-        if self.method == "maxnorm":
-            return maxnorm(legs, self.weights)
-        if self.method == "minmax":
-            return minmax(legs, self.weights)
-        if self.method == "rrf":
-            return rrf(legs, self.weights, self.k)
-        raise ValueError(f"unknown fusion method {self.method!r} ({', '.join(METHODS)})")
+        return self.fuse(legs)[0]
+
+    def fuse(self, legs: Mapping[str, Scores]) -> tuple[dict[str, float], float | None]:
+        """(fused scores, the agreement factor, None without the guard)."""
+        if self.method not in METHODS:
+            raise ValueError(f"unknown fusion method {self.method!r} ({', '.join(METHODS)})")
+        weights = {leg: self.weights[leg] for leg in legs if self.weights.get(leg)}
+        if len(weights) == 1:
+            return dict(legs[next(iter(weights))]), None
+        agreement = self._agreement(legs, weights) if self.tau else None
+        if agreement is not None:
+            weights = {leg: w * agreement if is_dense(leg) else w for leg, w in weights.items()}
+        return blend({leg: legs[leg] for leg in weights}, weights, self.method, self.k), agreement
+
+    def _agreement(self, legs: Mapping[str, Scores], weights: dict[str, float]) -> float | None:
+        """min(1, overlap@10(lexical side, dense side) / tau), each side its legs fused; 1 when
+        a side found nothing (there is nothing to disagree with), None without both sides."""
+        lexical = {leg: w for leg, w in weights.items() if not is_dense(leg)}
+        dense = {leg: w for leg, w in weights.items() if is_dense(leg)}
+        if not lexical or not dense:
+            return None
+        sides = [
+            blend({leg: legs[leg] for leg in s}, s, self.method, self.k) for s in (lexical, dense)
+        ]
+        if not all(sides):
+            return 1.0
+        return min(1.0, overlap_at_10(*sides) / (self.tau or 1.0))
 
 
-# Chosen by benchmarks/fusion.py on qmsum, qmsum/summary2meeting (train+val) and scifact/train
-# with all-MiniLM-L6-v2: the largest worst-case gain over the better single leg (results/fusion.md).
-DEFAULT_FUSION = Fusion("maxnorm", {"dense": 0.4, "lexical": 0.6}, 60)
+# Chunk level: passages, and documents when no document leg can answer (a collection without a
+# document table, a `where` on chunk columns), a document scoring as its best chunk in each leg.
+# Chosen by benchmarks/fusion.py (train/val queries, all-MiniLM-L6-v2; results/fusion.md).
+CHUNK_FUSION = Fusion("maxnorm", {"dense": 0.4, "lexical": 0.6})
+# Document level, per search mode: chosen by leave-one-corpus-out on tuning queries only
+# (benchmarks/doclevel.py, results/doclevel.md). Chunk BM25 there is plain BM25 over the
+# 500-chunk pool (no identifier lift); vector mode keeps each document's best chunk.
+DOCUMENT_RULES = {
+    "lexical": Fusion(
+        "minmax", {"doc_lexical": 0.7, "lexical": 0.3}, aggregate={"lexical": "sum@5"}
+    ),
+    "hybrid": Fusion(
+        "zscore",
+        {"doc_lexical": 0.3, "lexical": 0.2, "doc_dense": 0.5},
+        aggregate={"lexical": "lse@0.1"},
+        tau=0.1,
+    ),
+    "vector": Fusion("maxnorm", {"dense": 1.0}),
+}

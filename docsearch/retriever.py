@@ -5,12 +5,17 @@
     hits[0].path, hits[0].pages, hits[0].snippet.marked(), hits[0].scores
 
 Modes: `hybrid` (dense + BM25, fused; the default when the collection has vectors), `vector`,
-`lexical` (loads no model). A document scores as its best chunk in each leg; `granularity=
-"passage"` returns chunks instead of documents (for RAG). Exact identifiers in the query
-("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that contain them.
+`lexical` (loads no model). Documents are ranked by legs at the document level (whole-document
+BM25, the doc-mean vector) and chunk legs aggregated per document, fused by the mode's rule in
+`docsearch.fusion.DOCUMENT_RULES`; where no document leg can answer (a collection without a
+document table, a `where` on chunk columns) a document scores as its best chunk in each leg
+(CHUNK_FUSION). A document hit carries its best passages (up to MAX_PASSAGES, ranked as passage
+search ranks them); `granularity="passage"` returns chunks instead (for RAG). Exact identifiers in
+the query ("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that
+contain them (passages; the document rules use plain BM25, as they were measured).
 Bad input of any kind (an unusable query, `k`, mode or filter) is a UsageError; `where` is checked
 as `docsearch.indexer.filters` describes, so it can narrow a search but never widen `path`.
-Each leg returns the store's `Candidate`s; fusion works on `{key: score}` maps; a `Hit`'s
+Each leg returns the store's candidates; fusion works on `{key: score}` maps; a `Hit`'s
 `Snippet` holds its text, the marked spans and where the passage lies in the document.
 Not here: query encoding details (the encoder's), result rendering (CLI/UI).
 """
@@ -29,9 +34,16 @@ from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.encoders.base import Encoder, encoder_from_spec
 from docsearch.errors import EncoderUnavailableError, UsageError
-from docsearch.fusion import Fusion, ranks
+from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, Fusion, aggregate, ranks
 from docsearch.indexer.filters import ChunkFilter
-from docsearch.indexer.store import Candidate, ChunkView, Store, resolve_collection
+from docsearch.indexer.store import (
+    RESULT_COLUMNS,
+    Candidate,
+    ChunkView,
+    DocCandidate,
+    Store,
+    resolve_collection,
+)
 from docsearch.snippets import Snippet, identifiers, make_snippet
 
 log = logging.getLogger(__name__)
@@ -43,15 +55,19 @@ GRANULARITIES = ("document", "passage")
 # irled2017-precedent) are for a query-by-document path that picks their discriminative terms.
 MAX_QUERY_CHARS = 10_000
 MAX_K = 10_000  # far beyond any results page or evaluation depth (100); bounds the pools
+# The depths the document rules were chosen with (benchmarks/results/doclevel.md): chunks per
+# chunk leg, documents per document leg; a deeper `k` asks for more.
+CHUNK_POOL = 500
+DOC_POOL = 500
+MAX_PASSAGES = 3  # passages shown per document
 
 
 @dataclass(frozen=True)
-class Hit(ChunkView):
-    """One result: a document (its best chunk) or a passage, with provenance and scores."""
+class Passage(ChunkView):
+    """A chunk as a result shows it: where it lies, its score and its snippet."""
 
-    score: float  # the fused (or single-leg) score that ordered the results
-    scores: dict[str, dict[str, float]] = field(default_factory=dict)  # leg -> {rank, score}
-    snippet: Snippet = Snippet("")  # the best passage, its query terms marked by offsets
+    score: float  # what passage search ranks it by (the fused chunk legs)
+    snippet: Snippet = Snippet("")  # its best window, the query terms marked by offsets
 
     @property
     def pages(self) -> str:
@@ -60,7 +76,7 @@ class Hit(ChunkView):
         return f"{self.page_start}-{self.page_end}"
 
     def as_dict(self) -> dict[str, Any]:
-        """The hit as JSON-ready data; `snippet` is the marked text (`**term**`)."""
+        """JSON-ready data; `snippet` is the marked text (`**term**`)."""
         passage = self.snippet
         return {f.name: getattr(self, f.name) for f in fields(self)} | {
             "snippet": passage.marked(),
@@ -68,6 +84,26 @@ class Hit(ChunkView):
             "snippet_span": (passage.char_start, passage.char_end),  # in the document's text
             "pages": self.pages,
         }
+
+
+@dataclass(frozen=True)
+class Hit(Passage):
+    """One result. A document: `score` is its fused score, `passages` its best passages (best
+    first; the hit's own chunk fields and snippet are the first one's). A passage (granularity
+    "passage"): `passages` is empty. `scores` has each leg's rank and raw score, and `fused`: the
+    hit's rank, fused score and, under the agreement guard, the factor its dense weights got."""
+
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    passages: tuple[Passage, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """As `Passage.as_dict`, with `passages` (less what the document already says)."""
+        document = ("text", "path", "title", "doc_id")
+        passages = [
+            {key: value for key, value in p.as_dict().items() if key not in document}
+            for p in self.passages
+        ]
+        return super().as_dict() | {"passages": passages}
 
 
 def clean_query(query: object) -> str:
@@ -102,12 +138,41 @@ def _whole_number(k: object) -> int:
     return value
 
 
-def _best_of_each(found: list[Candidate], granularity: str) -> dict[str, Candidate]:
-    """doc_id (or chunk_id for passages) -> its best candidate (candidates arrive best first)."""
-    best: dict[str, Candidate] = {}
+def _view(found: ChunkView, query: str) -> dict[str, Any]:
+    """A chunk's fields and its snippet, as a Passage or Hit takes them."""
+    view = {f.name: getattr(found, f.name) for f in fields(ChunkView)}
+    return view | {"snippet": make_snippet(found.text, query, offset=found.char_start)}
+
+
+def _per_doc(found: Sequence[Candidate], raw: bool) -> dict[str, list[float]]:
+    """doc_id -> the scores (or raw scores) of its chunks among `found`."""
+    out: dict[str, list[float]] = {}
     for one in found:
-        best.setdefault(one.doc_id if granularity == "document" else one.chunk_id, one)
-    return best
+        out.setdefault(one.doc_id, []).append(one.raw_score if raw else one.score)
+    return out
+
+
+class _Ranking:
+    """Keys (chunk or document ids) fused by a rule, best first, with per-leg breakdowns."""
+
+    def __init__(
+        self, legs: dict[str, dict[str, float]], rule: Fusion, shown: dict[str, dict[str, float]]
+    ) -> None:
+        self.fused, self.agreement = rule.fuse(legs)
+        self.order = sorted(self.fused, key=lambda key: (-self.fused[key], key))
+        self.shown = shown  # the scores a breakdown reports (raw: before any lift)
+        self.ranks = {leg: ranks(scores) for leg, scores in legs.items()}
+
+    def scores(self, key: str, rank: int) -> dict[str, dict[str, float]]:
+        legs = {
+            leg: {"rank": found[key], "score": self.shown[leg][key]}
+            for leg, found in self.ranks.items()
+            if key in found
+        }
+        fused = {"rank": rank, "score": self.fused[key]}
+        if self.agreement is not None:
+            fused["agreement"] = self.agreement
+        return legs | {"fused": fused}
 
 
 class Retriever:
@@ -126,6 +191,9 @@ class Retriever:
         self.db = db or self.settings.db
         self.store = Store.open(self.db, resolve_collection(self.db, collection))
         self._encoder = encoder
+        # The hybrid rule. None: the default rules (fusion.DOCUMENT_RULES for documents,
+        # CHUNK_FUSION for passages); one over the chunk legs alone ranks documents by their best
+        # chunk in each leg and passages as well, one with document legs ranks documents only.
         self.fusion = fusion or self.settings.fusion()
 
     @property
@@ -165,14 +233,104 @@ class Retriever:
             raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES)}")
         flt = ChunkFilter(path=path, paths=paths, where=where)
         mode = self._usable_mode(mode or self.default_mode())
-        pool = max(50, 5 * k) if granularity == "document" else max(20, 2 * k)
-        legs: dict[str, list[Candidate]] = {}
-        if mode in ("hybrid", "vector"):
-            vector = self.encoder().encode_queries([query])[0]
-            legs["dense"] = self.store.search_vector(vector, pool, flt)
-        if mode in ("hybrid", "lexical"):
-            legs["lexical"] = self.lexical(query, pool, flt)
-        return self._fuse(query, legs, k, granularity)
+        documents = granularity == "document"
+        pool = max(CHUNK_POOL, 5 * k) if documents else max(20, 2 * k)
+        vector = None if mode == "lexical" else self.encoder().encode_queries([query])[0]
+        found: dict[str, list[Candidate]] = {}
+        bm25: list[Candidate] = []
+        if vector is not None:
+            found["dense"] = self.store.search_vector(vector, pool, flt)
+        if mode != "vector":
+            bm25 = self.store.search_text(query, pool, flt)
+            found["lexical"] = self._lift(query, bm25, pool, flt)
+        chunks = _Ranking(
+            {leg: {c.chunk_id: c.score for c in cands} for leg, cands in found.items()},
+            self.fusion if self.fusion and not self.fusion.uses_documents else CHUNK_FUSION,
+            {leg: {c.chunk_id: c.raw_score for c in cands} for leg, cands in found.items()},
+        )
+        by_id = {c.chunk_id: c for cands in found.values() for c in cands}
+        if documents:
+            rule = self._document_rule(mode, flt)
+            if rule.uses_documents and "lexical" in found:  # measured on plain BM25 (no lift)
+                found = {**found, "lexical": bm25}
+            return self._documents(query, vector, rule, found, chunks, by_id, k, flt)
+        return [
+            Hit(**_view(by_id[key], query), score=chunks.fused[key], scores=chunks.scores(key, i))
+            for i, key in enumerate(chunks.order[:k], start=1)
+        ]
+
+    def _documents(
+        self,
+        query: str,
+        vector: Any,
+        rule: Fusion,
+        found: dict[str, list[Candidate]],
+        chunks: _Ranking,
+        by_id: dict[str, Candidate],
+        k: int,
+        flt: ChunkFilter,
+    ) -> list[Hit]:
+        """The top `k` documents by `rule`, each with its best passages (`chunks`' order)."""
+        legs, shown = {}, {}
+        for leg, cands in found.items():
+            how = rule.aggregate.get(leg, "max")
+            legs[leg] = aggregate(_per_doc(cands, raw=False), how)
+            shown[leg] = aggregate(_per_doc(cands, raw=True), how)
+        doc_paths = {c.doc_id: c.path for c in by_id.values()}
+        for leg, docs in self._document_legs(query, vector, rule, max(DOC_POOL, k), flt).items():
+            legs[leg] = {d.doc_id: d.score for d in docs}
+            shown[leg] = {d.doc_id: d.raw_score for d in docs}
+            doc_paths.update((d.doc_id, d.path) for d in docs)
+        ranking = _Ranking(legs, rule, shown)
+        best: dict[str, list[str]] = {}  # doc_id -> its chunks, best first
+        for key in chunks.order:
+            best.setdefault(by_id[key].doc_id, []).append(key)
+        hits = []
+        for i, doc in enumerate(ranking.order[:k], start=1):
+            passages = [
+                Passage(**_view(by_id[key], query), score=chunks.fused[key])
+                for key in best.get(doc, [])[:MAX_PASSAGES]
+            ] or self._passages_of(doc_paths[doc], query, vector)
+            best_passage = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
+            best_passage["score"] = ranking.fused[doc]
+            hits.append(
+                Hit(**best_passage, scores=ranking.scores(doc, i), passages=tuple(passages))
+            )
+        return hits
+
+    def _document_rule(self, mode: str, flt: ChunkFilter) -> Fusion:
+        """The mode's document rule (hybrid: the Retriever's fusion if it has one); CHUNK_FUSION
+        where the rule's document legs cannot answer."""
+        rule = self.fusion if mode == "hybrid" and self.fusion else DOCUMENT_RULES[mode]
+        if rule.uses_documents and (flt.has_where or not self.store.has_documents):
+            return CHUNK_FUSION
+        return rule
+
+    def _document_legs(
+        self, query: str, vector: Any, rule: Fusion, depth: int, flt: ChunkFilter
+    ) -> dict[str, list[DocCandidate]]:
+        """The document legs `rule` weighs: whole-document BM25, the doc-mean vector."""
+        legs = {}
+        if rule.weights.get("doc_lexical"):
+            legs["doc_lexical"] = self.store.search_documents_text(query, depth, flt)
+        if rule.weights.get("doc_dense") and vector is not None:
+            legs["doc_dense"] = self.store.search_documents_vector(vector, depth, flt)
+        return legs
+
+    def _passages_of(self, path: str, query: str, vector: Any) -> list[Passage]:
+        """The best passages of a document no chunk leg's pool reached: by BM25 within it, else
+        by the query vector, else its opening chunk (its match was on words chunks do not index,
+        such as stop words)."""
+        only = ChunkFilter(paths=[path])
+        found = self.store.search_text(query, MAX_PASSAGES, only)
+        if not found and vector is not None:
+            found = self.store.search_vector(vector, MAX_PASSAGES, only)
+        if not found:
+            rows = self.store.rows(ChunkFilter(paths=[path], where="ordinal = 0"), RESULT_COLUMNS)
+            for row in rows:
+                row["chunk_id"] = row.pop("id")
+            found = [Candidate(**row, score=0.0, raw_score=0.0) for row in rows]
+        return [Passage(**_view(one, query), score=one.score) for one in found]
 
     def _usable_mode(self, mode: str) -> str:
         if not isinstance(mode, str) or mode not in MODES:
@@ -194,7 +352,11 @@ class Retriever:
     def lexical(self, query: str, limit: int, where: ChunkFilter | None) -> list[Candidate]:
         """BM25 candidates, with chunks containing the query's identifiers verbatim lifted to
         the top (their raw_score stays the true BM25)."""
-        found = self.store.search_text(query, limit, where)
+        return self._lift(query, self.store.search_text(query, limit, where), limit, where)
+
+    def _lift(
+        self, query: str, found: list[Candidate], limit: int, where: ChunkFilter | None
+    ) -> list[Candidate]:
         idents = identifiers(query)
         if not idents:
             return found
@@ -208,31 +370,6 @@ class Retriever:
         lift = max((one.score for one in by_id.values()), default=0.0) + 1.0
         lifted = [replace(c, score=c.score + lift * matched[c.chunk_id]) for c in by_id.values()]
         return sorted(lifted, key=lambda one: -one.score)[:limit]
-
-    def _fuse(
-        self, query: str, legs: dict[str, list[Candidate]], k: int, granularity: str
-    ) -> list[Hit]:
-        per_leg = {leg: _best_of_each(found, granularity) for leg, found in legs.items()}
-        scores = {leg: {key: c.score for key, c in best.items()} for leg, best in per_leg.items()}
-        fused = self.fusion(scores) if len(legs) > 1 else next(iter(scores.values()), {})
-        leg_ranks = {leg: ranks(s) for leg, s in scores.items()}
-        hits = []
-        for key in sorted(fused, key=lambda kk: (-fused[kk], kk))[:k]:
-            found = {leg: best[key] for leg, best in per_leg.items() if key in best}
-            breakdown = {
-                leg: {"rank": leg_ranks[leg][key], "score": one.raw_score}
-                for leg, one in found.items()
-            }
-            # A document is shown by its chunk from the leg that ranked it highest.
-            shown = found[min(found, key=lambda leg: leg_ranks[leg][key])]
-            hits.append(_hit(shown, query, fused[key], breakdown))
-        return hits
-
-
-def _hit(shown: Candidate, query: str, score: float, scores: dict[str, Any]) -> Hit:
-    view = {f.name: getattr(shown, f.name) for f in fields(ChunkView)}
-    snippet = make_snippet(shown.text, query, offset=shown.char_start)
-    return Hit(**view, score=score, scores=scores, snippet=snippet)
 
 
 def open_index(collection: str | None = None, *, db: str | None = None) -> Retriever:

@@ -100,42 +100,61 @@ def mark_spans(text: str, terms: set[str], idents: list[str]) -> tuple[tuple[int
     return tuple(merged)
 
 
-def _windows(text: str, max_chars: int) -> list[tuple[int, int]]:
-    """Consecutive sentence runs of up to `max_chars`, as (start, end) spans."""
+def _windows(text: str, max_chars: int) -> tuple[list[tuple[int, int, range]], list[range]]:
+    """Consecutive sentence runs of up to `max_chars` as (start, end, the sentences it holds
+    whole: empty for one long sentence cut at `max_chars`), and the sentences' spans."""
     bounds = [0] + [m.end() for m in _SENTENCE.finditer(text)] + [len(text)]
-    sentences = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if text[a:b].strip()]
+    sentences = [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if text[a:b].strip()]
     windows = []
-    for i, (start, _) in enumerate(sentences):
-        end = sentences[i][1]
-        for _, next_end in sentences[i + 1 :]:
-            if next_end - start > max_chars:
-                break
-            end = next_end
-        windows.append((start, min(end, start + max_chars)))
-    return windows or [(0, min(len(text), max_chars))]
+    for i, first in enumerate(sentences):
+        last = i
+        while last + 1 < len(sentences) and sentences[last + 1].stop - first.start <= max_chars:
+            last += 1
+        end = sentences[last].stop
+        whole = range(i, last + 1) if end - first.start <= max_chars else range(0)
+        windows.append((first.start, min(end, first.start + max_chars), whole))
+    return windows or [(0, min(len(text), max_chars), range(0))], sentences
 
 
-def _score(
-    text: str, window: tuple[int, int], terms: set[str], idents: list[str]
-) -> tuple[int, int, int]:
-    """(identifiers present, distinct query terms present, total term hits) of one window."""
-    passage = text[window[0] : window[1]]
+def _counts(passage: str, terms: set[str], idents: list[str]) -> tuple[set[str], set[str], int]:
+    """(identifiers present, distinct query terms present, total term hits) of a passage."""
     stems = [stem(w) for w in WORD.findall(passage)]
-    present = {s for s in stems if s in terms}
-    found = sum(i.lower() in passage.lower() for i in idents)
-    return found, len(present), sum(s in terms for s in stems)
+    lowered = passage.lower()
+    found = {i for i in idents if i.lower() in lowered}
+    return found, {s for s in stems if s in terms}, sum(s in terms for s in stems)
+
+
+def _best_window(
+    text: str,
+    windows: list[tuple[int, int, range]],
+    sentences: list[range],
+    terms: set[str],
+    idents: list[str],
+) -> int:
+    """The window with the most identifiers, then distinct terms, then hits (earliest on ties).
+    Each sentence is counted once: words and identifiers never cross a sentence boundary (a
+    run of whitespace), so a window's counts are its sentences' counts put together."""
+    per_sentence = [_counts(text[s.start : s.stop], terms, idents) for s in sentences]
+
+    def score(window: tuple[int, int, range]) -> tuple[int, int, int]:
+        start, end, whole = window
+        parts = [per_sentence[i] for i in whole] or [_counts(text[start:end], terms, idents)]
+        found = set().union(*(p[0] for p in parts))
+        present = set().union(*(p[1] for p in parts))
+        return len(found), len(present), sum(p[2] for p in parts)
+
+    return max(range(len(windows)), key=lambda i: (score(windows[i]), -i))
 
 
 def make_snippet(text: str, query: str, max_chars: int = 320, offset: int = 0) -> Snippet:
     """The best window of `text` for `query`, with marks; `text` starts at character `offset`
     of its document (a chunk's char_start), so the snippet's span is the document's."""
     terms, idents = query_terms(query), identifiers(query)
-    windows = _windows(text, max_chars)
+    windows, sentences = _windows(text, max_chars)
+    best = 0
     if len(windows) > 1 and (terms or idents):
-        best = max(range(len(windows)), key=lambda i: (_score(text, windows[i], terms, idents), -i))
-    else:
-        best = 0
-    start, end = windows[best]
+        best = _best_window(text, windows, sentences, terms, idents)
+    start, end, _ = windows[best]
     in_source = mark_spans(text[start:end], terms, idents)
     anchor = offset + start + (in_source[0][0] if in_source else 0)
     passage = " ".join(text[start:end].split())

@@ -52,6 +52,10 @@ def test_index_then_search_prints_ranked_results(indexed: tuple[Path, str]) -> N
     assert first.startswith("1. ") and "X200" in first
     assert "p. 2" in result.stdout and "**E-MOT-21**" in result.stdout
     assert "lexical #1" in result.stdout
+    # Each document is shown by its best passages, one line each: "p. 2: ... **E-MOT-21** ...".
+    passage_lines = [line for line in result.stdout.splitlines() if line.startswith("   p. ")]
+    assert passage_lines and "**E-MOT-21**" in passage_lines[0]
+    assert "; agreement 1.00)" in result.stdout  # the factor the hybrid rule gave dense
 
 
 def test_search_json_and_collection_name_from_folder(indexed: tuple[Path, str]) -> None:
@@ -59,6 +63,10 @@ def test_search_json_and_collection_name_from_folder(indexed: tuple[Path, str]) 
     result = invoke("search", "Section 7.2(a)", "--db", db, "--json", "--mode", "lexical")
     hits = json.loads(result.stdout)
     assert hits[0]["path"].endswith("acme-globex-msa.pdf") and hits[0]["pages"] == "3"
+    best = hits[0]["passages"][0]
+    assert best["pages"] == "3" and "**7.2(a)**" in best["snippet"]
+    assert best["snippet"] == hits[0]["snippet"]  # the hit's snippet is its best passage's
+    assert hits[0]["scores"]["fused"]["rank"] == 1
     listed = json.loads(invoke("collections", "list", "--json", "--db", db).stdout)
     assert [c["name"] for c in listed] == ["samples"]
     assert listed[0]["files"] == 5 and listed[0]["encoder_spec"]["encoder"] == "hashing"
@@ -119,7 +127,9 @@ def test_doctor_and_drop(indexed: tuple[Path, str]) -> None:
     report = json.loads(invoke("doctor", "--json", "--db", db).stdout)
     health = report["collections"]["samples"]
     assert health["fts_index"] and health["fts_unindexed_rows"] == 0 and not health["failed_files"]
+    assert health["documents"] == health["files"] == 5
     assert invoke("collections", "drop", "samples", "--yes", "--db", db).exit_code == 0
+    assert not list(Path(db).glob("samples__*"))  # chunks, docs and files tables all gone
     assert json.loads(invoke("collections", "list", "--json", "--db", db).stdout) == []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from docsearch.errors import UsageError
-from docsearch.fusion import Fusion, minmax, ranks, rrf
+from docsearch.fusion import Fusion, blend, ranks
 from docsearch.indexer.filters import ChunkFilter
 from docsearch.retriever import Retriever
 from tests.helpers import index_samples
@@ -23,22 +23,27 @@ def test_hybrid_reports_rank_and_score_per_leg(samples_db: str) -> None:
     top = hits[0]
     assert top.path.endswith("x200-infusion-pump-service-manual.txt")
     assert top.pages == "2"
-    assert set(top.scores) == {"dense", "lexical"}
+    # A fusion of the chunk legs ranks each document by its best chunk in each (no document legs).
+    assert set(top.scores) == {"dense", "lexical", "fused"}
     assert top.scores["lexical"]["rank"] == 1 and top.scores["lexical"]["score"] > 0
     assert top.scores["dense"]["rank"] >= 1
     expected = 1 / (60 + top.scores["dense"]["rank"]) + 1 / (60 + top.scores["lexical"]["rank"])
     assert top.score == pytest.approx(expected)
+    assert top.scores["fused"] == {"rank": 1, "score": top.score}
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert len({h.doc_id for h in hits}) == len(hits)  # one hit per document
 
 
-def test_default_fusion_is_maxnorm_over_each_legs_best_score(samples_db: str) -> None:
+def test_default_hybrid_ranks_documents_by_the_document_rule(samples_db: str) -> None:
     retriever = Retriever("samples", db=samples_db)
-    assert retriever.fusion.method == "maxnorm"
+    assert retriever.fusion is None  # no fusion configured: the default rules
     top = retriever.search("motor stall error code E-MOT-21", k=3)[0]
-    # The top hit is first in the lexical leg, so its lexical share is the full lexical weight.
-    assert top.scores["lexical"]["rank"] == 1
-    assert 0.6 < top.score <= 1.0 + 1e-9
+    assert top.path.endswith("x200-infusion-pump-service-manual.txt")
+    # Every leg that ran reports its rank and raw score; `fused` the guard's factor.
+    assert set(top.scores) == {"doc_lexical", "lexical", "doc_dense", "dense", "fused"}
+    assert top.scores["doc_lexical"]["rank"] == 1
+    assert 0.0 <= top.scores["fused"]["agreement"] <= 1.0
+    assert top.scores["fused"]["score"] == top.score
 
 
 @pytest.mark.parametrize(
@@ -81,7 +86,7 @@ def test_passages_and_filters(samples_db: str) -> None:
 
 def test_vector_mode_uses_only_the_dense_leg(samples_db: str) -> None:
     hits = Retriever("samples", db=samples_db).search("blood pressure monitoring", mode="vector")
-    assert hits and all(set(h.scores) == {"dense"} for h in hits)
+    assert hits and all(set(h.scores) == {"dense", "fused"} for h in hits)
     assert hits[0].path.endswith("hypertension-guideline.html")
 
 
@@ -114,11 +119,11 @@ def test_filter_combines_glob_and_sql() -> None:
 def test_rrf_and_minmax_by_hand() -> None:
     legs = {"dense": {"a": 0.9, "b": 0.5}, "lexical": {"b": 10.0, "c": 3.0}}
     assert ranks(legs["lexical"]) == {"b": 1, "c": 2}
-    fused = rrf(legs, {"dense": 1.0, "lexical": 2.0}, k=60)
+    fused = blend(legs, {"dense": 1.0, "lexical": 2.0}, "rrf", k=60)
     assert fused["a"] == pytest.approx(1 / 61)
     assert fused["b"] == pytest.approx(1 / 62 + 2 / 61)
     assert fused["c"] == pytest.approx(2 / 62)
-    blended = minmax(legs, {"dense": 1.0, "lexical": 1.0})
+    blended = blend(legs, {"dense": 1.0, "lexical": 1.0}, "minmax")
     assert blended == pytest.approx({"a": 1.0, "b": 1.0, "c": 0.0})
     assert Fusion("minmax")(legs) == blended
     with pytest.raises(ValueError, match="unknown fusion"):
@@ -135,8 +140,11 @@ def test_lexical_candidates_keep_the_true_bm25_under_the_identifier_lift(samples
     for one in found:
         if one.chunk_id in plain:
             assert one.raw_score == pytest.approx(plain[one.chunk_id], rel=1e-6)
+    passage = retriever.search("PPR-9087", k=1, mode="lexical", granularity="passage")[0]
+    assert passage.chunk_id == top.chunk_id
+    assert passage.scores["lexical"]["score"] == pytest.approx(top.raw_score, rel=1e-6)
     hit = retriever.search("PPR-9087", k=1, mode="lexical")[0]
-    assert hit.scores["lexical"]["score"] == pytest.approx(top.raw_score, rel=1e-6)
+    assert hit.passages[0].chunk_id == top.chunk_id  # the lifted chunk shows the document
 
 
 def test_a_hit_carries_its_snippet_with_offsets_and_the_old_json(samples_db: str) -> None:

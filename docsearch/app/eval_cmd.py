@@ -56,8 +56,8 @@ def eval_command(
     """Score search on a labelled dataset: nDCG@10, Recall@10, Recall@100, MRR@10.
 
     Indexes the corpus into a temporary collection with the real pipeline, runs the queries and
-    scores documents (a document counts as its best chunk). With spans.jsonl (CUAD) it also
-    reports how often a top-k passage overlaps the answer. `--mode lexical` without --encoder
+    scores documents as search ranks them. With spans.jsonl (CUAD) it also reports how often a
+    top-k passage overlaps the answer. `--mode lexical` without --encoder
     needs no model (SciFact: about a minute on 2 cores).
     """
     from docsearch.app.progress import ConsoleProgress

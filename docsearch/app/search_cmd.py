@@ -56,16 +56,25 @@ def search(
 
 
 def _format_hit(rank: int, hit: Any) -> str:
+    """The hit's title, where it is and why it ranked, then its best passages (or its snippet)."""
     legs = ", ".join(
-        f"{leg} #{s['rank']} {s['score']:.3f}" for leg, s in sorted(hit.scores.items())
+        f"{leg} #{s['rank']} {s['score']:.3f}"
+        for leg, s in sorted(hit.scores.items())
+        if leg != "fused"
     )
+    agreement = hit.scores.get("fused", {}).get("agreement")
+    if agreement is not None:
+        legs += f"; agreement {agreement:.2f}"
     lines = [
         f"{rank}. {hit.title or Path(hit.path).name}",
         f"   {_short_path(hit.path)}  p. {hit.pages}  score {hit.score:.4f} ({legs})",
     ]
     if hit.heading_path:
         lines.append(f"   § {hit.heading_path}")
-    lines.append(f"   {hit.snippet.marked()}")
+    if hit.passages:
+        lines += [f"   p. {p.pages}: {p.snippet.marked()}" for p in hit.passages]
+    else:
+        lines.append(f"   {hit.snippet.marked()}")
     return "\n".join(lines)
 
 

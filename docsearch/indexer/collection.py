@@ -110,6 +110,7 @@ def prepare(
         encoder = encoder_from_spec(store.meta.encoder, **runtime)
     else:
         encoder = None
+    store.ensure_documents()  # a collection from before the docs table: backfilled
     return Prepared(store, encoder, make_chunker(encoder, ChunkerSettings(**store.meta.chunker)))
 
 

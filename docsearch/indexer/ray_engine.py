@@ -7,7 +7,8 @@
    (`pipeline.chunk_file`), reuse stored vectors by text hash and embed the rest
    (`pipeline.embed_rows`), then write the rows as uncommitted fragments (`Store.write_fragments`).
 3. Driver: one `Store.commit` adds every fragment and deletes the old rows of replaced and
-   deleted files in one Lance version (a file is never half old, half new), then the files table.
+   deleted files, one Lance version per table (a file is never half old, half new): chunks,
+   documents, then the files table.
 4. `Store.refresh_indexes` with the cluster's workers: a first run's fragments are compacted and
    the full-text index built (the local engine's); once the table is large the workers build the
    vector index; later runs update the indexes incrementally.

@@ -1,16 +1,18 @@
-"""The collection store: two LanceDB tables per collection, `<name>__chunks` and `<name>__files`.
+"""The collection store: LanceDB tables per collection, `<name>__chunks`, `__docs` and `__files`.
 
 The chunks table carries the collection's identity in its schema metadata (schema version, the
 encoder spec, the chunker settings), so a later run re-opens it with the same encoder and a
 different encoder is refused. Writes are batched: one `merge_insert` replaces the chunks of a
-batch of files in a single commit (a file is never half old, half new), then the `files` table
+batch of files in a single commit (a file is never half old, half new), a second one their rows
+in `docs` (one per file, derived from its chunks: whole text, mean vector), then the `files` table
 records them. Lexical search is LanceDB's native BM25 full-text index (built before the first
 rows are committed); vector search is cosine. While a run embeds, `<name>__pending_vectors`
 checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
 creation was killed is listed as incomplete and repaired by the next writer; one writer per
 collection holds a lock on local databases (object stores: single writer by rule).
 This is the only module that talks to Lance: searches (vector, BM25, phrase) return typed
-`Candidate`s filtered by a `ChunkFilter`, the files table is read through typed methods, and the
+`Candidate`s filtered by a `ChunkFilter` (whole documents: `DocCandidate`s; BM25 over unstemmed
+words, cosine to the mean chunk vector), the files table is read through typed methods, and the
 Ray engine's workers write fragments that `commit` adds (lance-ray builds indexes on request).
 Not here: walking folders, embedding, fusion (see `plan.py`, `pipeline.py`, `retriever.py`).
 """
@@ -125,6 +127,27 @@ class Candidate(ChunkView):
 RESULT_COLUMNS = ["id" if f.name == "chunk_id" else f.name for f in fields(ChunkView)]
 
 
+@dataclass(frozen=True)
+class DocCandidate:
+    """A document one document-level leg found (whole-text BM25, or the cosine similarity of
+    its mean chunk vector); `score` orders the leg, `raw_score` is the leg's own score."""
+
+    doc_id: str
+    path: str
+    score: float
+    raw_score: float
+    n_chunks: int
+    page_start: int
+    page_end: int
+
+
+DOC_COLUMNS = ["doc_id", "path", "n_chunks", "page_start", "page_end"]
+# Whole documents are matched on their words as written: measured best in benchmarks/doclevel.py
+# ("lance-plain"); the chunks keep the stemmed index. No positions: BM25 does not read them (the
+# same scores), they only serve phrase queries, and they made the index 3.7 times larger (qmsum).
+DOC_FTS: dict[str, Any] = {"with_position": False, "stem": False, "remove_stop_words": False}
+
+
 def _sql(where: str | ChunkFilter | None) -> str | None:
     """A read's filter as Lance takes it: docsearch's own SQL as is, a caller's filter compiled."""
     return where.sql() if isinstance(where, ChunkFilter) else where
@@ -162,47 +185,89 @@ def collection_name_for(folder_name: str) -> str:
 # Schemas
 
 
-def chunks_schema(dim: int | None, meta: CollectionMeta):  # type: ignore[no-untyped-def]
+# Each table's columns, "name:type" (pyarrow's type constructors), the vector column aside.
+CHUNK_COLUMNS = (
+    "id:string doc_id:string path:string title:string text:string ordinal:int32 "
+    "page_start:int32 page_end:int32 char_start:int64 char_end:int64 heading_path:string "
+    "n_tokens:int32 truncated:bool_ file_sha256:string text_sha:string"
+)
+DOC_TABLE_COLUMNS = (
+    "doc_id:string path:string title:string text:string n_chunks:int32 page_start:int32 "
+    "page_end:int32"
+)
+FILE_COLUMNS = (
+    "path:string sha256:string size:int64 mtime:float64 status:string reason:string "
+    "n_chunks:int32 indexed_at:float64 title:string"
+)
+
+
+def _schema(
+    columns: str, dim: int | None = None, metadata: dict[bytes, bytes] | None = None
+) -> Any:
+    """The Arrow schema of `columns`, with a float32 `vector` of `dim` when `dim` is set."""
     import pyarrow as pa
 
-    fields = [
-        pa.field("id", pa.string()),
-        pa.field("doc_id", pa.string()),
-        pa.field("path", pa.string()),
-        pa.field("title", pa.string()),
-        pa.field("text", pa.string()),
-        pa.field("ordinal", pa.int32()),
-        pa.field("page_start", pa.int32()),
-        pa.field("page_end", pa.int32()),
-        pa.field("char_start", pa.int64()),
-        pa.field("char_end", pa.int64()),
-        pa.field("heading_path", pa.string()),
-        pa.field("n_tokens", pa.int32()),
-        pa.field("truncated", pa.bool_()),
-        pa.field("file_sha256", pa.string()),
-        pa.field("text_sha", pa.string()),
-    ]
+    named = (column.split(":") for column in columns.split())
+    fields = [pa.field(name, getattr(pa, kind)()) for name, kind in named]
     if dim:
         fields.append(pa.field("vector", pa.list_(pa.float32(), dim)))
-    return pa.schema(fields, metadata={META_KEY: meta.to_json()})
+    return pa.schema(fields, metadata=metadata)
 
 
-def files_schema():  # type: ignore[no-untyped-def]
-    import pyarrow as pa
+def chunks_schema(dim: int | None, meta: CollectionMeta) -> Any:
+    return _schema(CHUNK_COLUMNS, dim, {META_KEY: meta.to_json()})
 
-    return pa.schema(
-        [
-            pa.field("path", pa.string()),
-            pa.field("sha256", pa.string()),
-            pa.field("size", pa.int64()),
-            pa.field("mtime", pa.float64()),
-            pa.field("status", pa.string()),
-            pa.field("reason", pa.string()),
-            pa.field("n_chunks", pa.int32()),
-            pa.field("indexed_at", pa.float64()),
-            pa.field("title", pa.string()),
-        ]
-    )
+
+def docs_schema(dim: int | None) -> Any:
+    return _schema(DOC_TABLE_COLUMNS, dim)
+
+
+def files_schema() -> Any:
+    return _schema(FILE_COLUMNS)
+
+
+# Columns of the chunk rows a document row is made from.
+DOC_SOURCE = "doc_id path title text ordinal page_start page_end char_start char_end".split()
+
+
+def document_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The docs-table rows of the files whose chunk rows (all of each file's) are `rows`."""
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_path.setdefault(row["path"], []).append(row)
+    return [
+        _document_row(sorted(chunks, key=lambda r: r["ordinal"])) for chunks in by_path.values()
+    ]
+
+
+def _document_row(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    first = chunks[0]
+    row = {key: first[key] for key in ("doc_id", "path", "title")}
+    row["text"] = whole_text(chunks)
+    row["n_chunks"] = len(chunks)
+    row["page_start"] = min(c["page_start"] for c in chunks)
+    row["page_end"] = max(c["page_end"] for c in chunks)
+    if "vector" in first:  # the normalised mean of the chunk vectors, summed in float64
+        mean = np.asarray([c["vector"] for c in chunks], dtype=np.float64).mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        row["vector"] = (mean / norm if norm else mean).astype(np.float32).tolist()
+    return row
+
+
+def whole_text(chunks: Sequence[dict[str, Any]]) -> str:
+    """A document's text from its chunks (in order): every character at its own offset.
+
+    The chunker leaves out only whitespace (between pieces, and around the text), so the
+    characters no chunk holds are written as spaces: the same words at the same offsets, which is
+    all the full-text index reads. Overlapping chunks contribute their new characters only.
+    """
+    parts, end = [], 0
+    for chunk in chunks:
+        start = chunk["char_start"]
+        parts.append(" " * (start - end) if start > end else "")
+        parts.append(chunk["text"][max(0, end - start) :])
+        end = max(end, chunk["char_end"])
+    return "".join(parts)
 
 
 def connect(db_uri: str):  # type: ignore[no-untyped-def]
@@ -228,8 +293,8 @@ class IndexBuild:
     cluster this process is connected to (lance-ray): the fragments are compacted before a first
     full-text build, and the vector index is trained and built by the workers."""
 
-    vector_min_rows: int = VECTOR_INDEX_MIN_ROWS  # no vector index below this many chunks
-    vector_params: dict[str, Any] | None = None  # default: vector_index_params(rows)
+    vector_min_rows: int = VECTOR_INDEX_MIN_ROWS  # no vector index on a table with fewer rows
+    vector_params: dict[str, Any] | None = None  # default: vector_index_params(rows); both tables
     workers: int = 0
     worker_cpus: float = 0.25
 
@@ -265,8 +330,9 @@ def table_uri(db_uri: str, table: str) -> str:
 #
 # A Lance table exists once its first manifest (`_versions/*.manifest`) is written. A process
 # killed while creating one leaves a folder without it (only `_transactions/`): not a table, and
-# no data in it. A collection is complete when both its tables are; the chunks table is created
-# last, so a complete collection never lacks its files table.
+# no data in it. A collection is complete when its chunks and files tables are; the chunks table
+# is created last, so a complete collection never lacks its files table. Its docs table is derived
+# from the chunks: a collection built before it existed gets it from its next writer (backfill).
 
 READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
 COLLECTION_TABLES = ("chunks", "files")
@@ -387,6 +453,29 @@ def _dataset(uri: str):  # type: ignore[no-untyped-def]
     return lance.dataset(uri, session=_session())
 
 
+def _has_index(table: Any, name: str) -> bool:
+    return name in {cfg.name for cfg in table.list_indices()}
+
+
+def _index_documents(table: Any) -> Any:
+    from lancedb.index import FTS
+
+    table.create_index("text", config=FTS(**DOC_FTS), replace=True)
+    return table
+
+
+def _replace(table: Any, key: str, rows: list[dict[str, Any]], paths: Sequence[str]) -> None:
+    """One commit: upsert `rows` (by `key`) and delete every other row of `paths`."""
+    if not rows:
+        if paths:
+            table.delete(sql_in("path", paths))
+        return
+    merge = table.merge_insert(key).when_matched_update_all().when_not_matched_insert_all()
+    if paths:
+        merge = merge.when_not_matched_by_source_delete(sql_in("path", paths))
+    merge.execute(rows)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -404,6 +493,7 @@ class Store:
         self.uri = _canonical_uri(uri or db.uri)
         self._search_indexed = False  # the full-text index exists (checked once per Store)
         self._first_build = False  # this Store created that index while the table was filling
+        self._has_documents = False
         self.meta = self._stored_meta()
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -425,6 +515,11 @@ class Store:
     @cached_property
     def files_table(self) -> Any:
         return self.db.open_table(f"{self.name}__files")
+
+    @cached_property
+    def docs(self) -> Any:
+        """The LanceDB docs table: one row per file that has chunks."""
+        return self.db.open_table(f"{self.name}__docs")
 
     def _uri(self, table: str) -> str:
         return table_uri(self.uri, f"{self.name}__{table}")
@@ -477,17 +572,55 @@ class Store:
                 db.create_table(f"{name}__files", schema=files_schema())
             store = cls(db, name)
             store.check_compatible(meta)
+            store.ensure_documents()
             return store
         if any(s != ABSENT for s in state.values()):
             log.warning(
                 "collection %r was not fully created (interrupted); creating it again", name
             )
         # Stale records would claim files are indexed; stale vectors may be another encoder's.
-        _drop_tables(db, db_uri, name, [PENDING_TABLE, "files", "chunks"])
+        _drop_tables(db, db_uri, name, [PENDING_TABLE, "files", "docs", "chunks"])
         dim = meta.encoder["dim"] if meta.encoder else None
         db.create_table(f"{name}__files", schema=files_schema())
+        _index_documents(db.create_table(f"{name}__docs", schema=docs_schema(dim)))
         db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))  # last: the marker
         return cls(db, name)
+
+    def ensure_documents(self) -> None:
+        """Give a collection built before the docs table existed (or whose docs creation was
+        killed) its documents, made from the stored chunks and vectors: nothing is extracted or
+        embedded again. Written in one step, then indexed; a kill between the two leaves a table
+        without its index, which `has_documents` does not count and the next writer indexes."""
+        if table_state(self.uri, f"{self.name}__docs") != READY:
+            _drop_tables(self.db, self.uri, self.name, ["docs"])  # a creation killed half-way
+            started, schema = time.perf_counter(), docs_schema(self._dim)
+            data = self._documents_from_chunks(schema)
+            self.db.create_table(f"{self.name}__docs", data=data, schema=schema)
+            message = "collection %r: %d documents made from its stored chunks in %.1f s"
+            log.info(message, self.name, self.count_documents(), time.perf_counter() - started)
+        if not _has_index(self.docs, "text_idx"):
+            _index_documents(self.docs)
+
+    def _documents_from_chunks(self, schema: Any) -> Iterator[Any]:
+        import pyarrow as pa
+
+        paths = sorted(set(self._read("chunks").to_table(columns=["path"])["path"].to_pylist()))
+        columns = [*DOC_SOURCE, "vector"] if self.has_vectors else DOC_SOURCE
+        yield pa.RecordBatch.from_pylist([], schema=schema)  # a first batch, even for no paths
+        for start in range(0, len(paths), 500):
+            rows = self.rows(sql_in("path", paths[start : start + 500]), columns)
+            yield pa.RecordBatch.from_pylist(document_rows(rows), schema=schema)
+
+    @property
+    def has_documents(self) -> bool:
+        """Whether the docs table is there with its full-text index. False for a collection
+        built before docsearch had it, until a writer opens it (`docsearch index` backfills
+        it): the retriever then ranks documents by their chunks alone."""
+        if not self._has_documents:  # once there, it stays (a rebuilt collection: is_current)
+            ready = table_state(self.uri, f"{self.name}__docs") == READY
+            indexes = self._read("docs").describe_indices() if ready else []
+            self._has_documents = any(index.name == "text_idx" for index in indexes)
+        return self._has_documents
 
     def check_compatible(self, meta: CollectionMeta) -> None:
         old, new = self.meta.encoder, meta.encoder
@@ -511,6 +644,10 @@ class Store:
     @property
     def has_vectors(self) -> bool:
         return self.meta.encoder is not None
+
+    @property
+    def _dim(self) -> int | None:
+        return self.meta.encoder["dim"] if self.meta.encoder else None
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -625,12 +762,14 @@ class Store:
         deleted: Sequence[str] = (),
         fragments: Sequence[Any] = (),
     ) -> None:
-        """Replace the chunks of `updates` and drop `deleted` paths: chunks first, then files.
+        """Replace the chunks and documents of `updates` and drop `deleted` paths: chunks first,
+        then documents (each file's row made from its chunks), then files.
 
         The new chunks are the updates' rows, or `fragments` written beforehand by
         `write_fragments` (the Ray engine's actors; then the updates carry no rows). Either way
-        the chunks change in one Lance version. A crash between the two commits leaves files that
-        look changed; the next run redoes them, finding their vectors already stored, so the end
+        each table changes in one Lance version. The files table is the record of what is done: a
+        crash before it is written leaves files that look changed (or deleted files still
+        recorded), so the next run redoes them, finding their vectors already stored, and the end
         state equals a clean build.
         """
         replaced = [u.record.path for u in updates if u.rows is not None]
@@ -640,53 +779,43 @@ class Store:
             self.ensure_search_indexes()  # before the rows land: none is ever unsearchable
         if fragments:
             assert not rows, "new chunks come as rows or as fragments, not both"
-            self._commit_fragments(fragments, gone)
-        elif rows:
-            (
-                self.chunks.merge_insert("id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .when_not_matched_by_source_delete(sql_in("path", gone))
-                .execute(rows)
-            )
-        elif gone:
-            self.chunks.delete(sql_in("path", gone))
-        records = [asdict(u.record) for u in updates]
-        if records:
-            merge = self.files_table.merge_insert("path").when_matched_update_all()
-            merge = merge.when_not_matched_insert_all()
-            if deleted:
-                merge = merge.when_not_matched_by_source_delete(sql_in("path", deleted))
-            merge.execute(records)
-        elif deleted:
-            self.files_table.delete(sql_in("path", deleted))
+            for kind in ("chunks", "docs"):
+                self._commit_fragments(kind, [f for k, f in fragments if k == kind], gone)
+        else:
+            _replace(self.chunks, "id", rows, gone)
+            _replace(self.docs, "path", document_rows(rows), gone)
+        _replace(self.files_table, "path", [asdict(u.record) for u in updates], deleted)
 
-    def write_fragments(self, rows: list[dict[str, Any]]) -> list[Any]:
-        """Write chunk rows (with their vectors) as new data files of the chunks table, without
-        committing them: what `commit(..., fragments=)` adds. Many processes may write at once
-        (the Ray engine's actors); nothing is visible until the one commit."""
+    def write_fragments(self, rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+        """Write chunk rows (with their vectors), and their files' document rows, as new data
+        files of the chunks and docs tables without committing them: what
+        `commit(..., fragments=)` adds. Many processes may write at once (the Ray engine's
+        actors; each file's rows all in one call); nothing is visible until the one commit."""
         if not rows:
             return []
         import pyarrow as pa
         from lance.fragment import write_fragments
 
-        dataset = self._read("chunks")
-        data = pa.Table.from_pylist(rows, schema=dataset.schema)
-        return list(
-            write_fragments(
-                data,
-                dataset.uri,
-                schema=dataset.schema,
-                data_storage_version=dataset.data_storage_version,
+        written = []
+        for kind, data in (("chunks", rows), ("docs", document_rows(rows))):
+            dataset = self._read(kind)
+            table = pa.Table.from_pylist(data, schema=dataset.schema)
+            version = dataset.data_storage_version
+            new = write_fragments(
+                table, dataset.uri, schema=dataset.schema, data_storage_version=version
             )
-        )
+            written += [(kind, fragment) for fragment in new]
+        return written
 
-    def _commit_fragments(self, fragments: Sequence[Any], gone_paths: Sequence[str]) -> None:
-        """Add `fragments` and delete every older row whose path is in `gone_paths`, atomically
-        (one Lance `Update`: the fragments holding such rows are rewritten without them)."""
+    def _commit_fragments(
+        self, kind: str, fragments: Sequence[Any], gone_paths: Sequence[str]
+    ) -> None:
+        """Add `fragments` to table `kind` and delete every older row whose path is in
+        `gone_paths`, atomically (one Lance `Update`: the fragments holding such rows are
+        rewritten without them)."""
         import lance
 
-        dataset = self._read("chunks")
+        dataset = self._read(kind)
         removed, updated = [], []
         if gone_paths:
             where = sql_in("path", gone_paths)
@@ -703,7 +832,7 @@ class Store:
             removed_fragment_ids=removed, updated_fragments=updated, new_fragments=list(fragments)
         )
         lance.LanceDataset.commit(dataset, operation, read_version=dataset.version)
-        self.chunks.checkout_latest()
+        getattr(self, kind).checkout_latest()  # `chunks` or `docs`
 
     def ensure_search_indexes(self) -> None:
         """Build the full-text and scalar indexes if the table has none, even while it is
@@ -713,7 +842,7 @@ class Store:
         them (a first build: all its rows again, in one pass)."""
         if self._search_indexed:
             return
-        if "text_idx" not in {cfg.name for cfg in self.chunks.list_indices()}:
+        if not _has_index(self.chunks, "text_idx"):
             self._create_search_indexes()
             self._first_build = True
         self._search_indexed = True
@@ -724,6 +853,7 @@ class Store:
         self.chunks.create_index("text", config=FTS(with_position=True), replace=True)
         for column in ("path", "text_sha"):
             self.chunks.create_index(column, config=BTree(), replace=True)
+        _index_documents(self.docs)
 
     def refresh_indexes(self, build: IndexBuild | None = None) -> None:
         """At the end of a run: bring the full-text, scalar and vector indexes up to date (once
@@ -732,35 +862,38 @@ class Store:
         VECTOR_INDEX_MIN_ROWS chunks)."""
         build = build or IndexBuild()
         self.drop_pending_vectors()
-        existing = {cfg.name for cfg in self.chunks.list_indices()}
-        rows = self.count_chunks()
-        if rows == 0:
+        if self.count_chunks() == 0:
             return
-        if "text_idx" not in existing or self._first_build:
+        if not _has_index(self.chunks, "text_idx") or self._first_build:
             # A first build indexes all its rows in one pass, as if built only now.
             if build.workers:  # many small fragments from the workers: merged first
                 import lance_ray
 
-                lance_ray.compact_files(self._uri("chunks"), **build.on_ray())
-                self.chunks.checkout_latest()
+                for kind in ("chunks", "docs"):
+                    lance_ray.compact_files(self._uri(kind), **build.on_ray())
+                    getattr(self, kind).checkout_latest()
             self._create_search_indexes()
             self._first_build = False
-        if self.has_vectors and "vector_idx" not in existing and rows >= build.vector_min_rows:
-            self._create_vector_index(build.vector_params or vector_index_params(rows), build)
-        self.chunks.optimize()
-        self.files_table.optimize()
+        for kind in ("chunks", "docs"):
+            self._vector_index(kind, build)
+        for table in (self.chunks, self.docs, self.files_table):
+            table.optimize()
 
-    def _create_vector_index(self, params: dict[str, Any], build: IndexBuild) -> None:
+    def _vector_index(self, kind: str, build: IndexBuild) -> None:
+        """Table `kind`'s ANN index, built once it holds `build.vector_min_rows` vectors."""
+        rows = int(self._read(kind).count_rows())
+        table = getattr(self, kind)
+        if not self.has_vectors or rows < build.vector_min_rows or _has_index(table, "vector_idx"):
+            return
+        params = build.vector_params or vector_index_params(rows)
         if build.workers:
             import lance_ray
 
-            uri = self._uri("chunks")
-            lance_ray.create_index(
-                uri, column="vector", name="vector_idx", **build.on_ray(), **params
-            )
+            on_ray = {**build.on_ray(), **params}
+            lance_ray.create_index(self._uri(kind), column="vector", name="vector_idx", **on_ray)
         else:
-            self._read("chunks").create_index("vector", name="vector_idx", **params)
-        self.chunks.checkout_latest()  # the index was committed through another handle
+            self._read(kind).create_index("vector", name="vector_idx", **params)
+        table.checkout_latest()  # the index was committed through another handle
 
     def index_health(self) -> dict[str, Any]:
         """FTS coverage, versions and sizes, for `docsearch doctor`."""
@@ -771,6 +904,7 @@ class Store:
             "files": int(self.files_table.count_rows()),
             "fts_index": fts is not None,
             "fts_unindexed_rows": fts.num_unindexed_rows if fts else self.count_chunks(),
+            "documents": self.count_documents() if self.has_documents else None,
             "versions": len(self.chunks.list_versions()),
             "last_write": self.last_write(),
         }
@@ -793,6 +927,51 @@ class Store:
         scan = {"nearest": nearest, "prefilter": True, "columns": [*RESULT_COLUMNS, "_distance"]}
         # Lance reports the cosine distance; candidates score by similarity (higher is better).
         return [_candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
+
+    def search_documents_text(
+        self, query: str, k: int, where: ChunkFilter | None
+    ) -> list[DocCandidate]:
+        """The `k` best documents for `query` by BM25 over their whole text (words as written:
+        no stemming, no stop words), best first. See `_search_documents` for what is empty."""
+        scan = {"full_text_query": query, "limit": k}
+        return [
+            self._doc(r, r.pop("_score")) for r in self._search_documents(where, "_score", scan)
+        ]
+
+    def search_documents_vector(
+        self, vector: np.ndarray, k: int, where: ChunkFilter | None
+    ) -> list[DocCandidate]:
+        """The `k` documents whose mean chunk vector is nearest to `vector` (cosine), best first."""
+        if not self.has_vectors:
+            raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
+        nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
+        nearest.update(ANN_SEARCH)  # used only when the table has a vector index
+        rows = self._search_documents(where, "_distance", {"nearest": nearest})
+        return [self._doc(r, 1.0 - r.pop("_distance")) for r in rows]
+
+    def _search_documents(
+        self, where: ChunkFilter | None, score: str, scan: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Rows of one read of the docs table. `where`'s `path` and `paths` apply as they do to
+        chunks; a chunk-column `where` (page_start >= 3) cannot be judged per document, so the
+        read finds nothing, as it does without a docs table (`has_documents`): the retriever
+        then ranks documents by their chunks."""
+        if (where is not None and where.has_where) or not self.has_documents:
+            return []
+        columns = [*DOC_COLUMNS, score]
+        sql = where.sql() if where is not None else None
+        return list(
+            self._read("docs")
+            .to_table(filter=sql, prefilter=True, columns=columns, **scan)
+            .to_pylist()
+        )
+
+    @staticmethod
+    def _doc(row: dict[str, Any], score: float) -> DocCandidate:
+        return DocCandidate(**row, score=float(score), raw_score=float(score))
+
+    def count_documents(self) -> int:
+        return int(self._read("docs").count_rows())
 
     def search_text(self, query: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
         """The `k` best chunks for `query` by BM25 over `text` (stemmed words), best first."""
@@ -877,7 +1056,7 @@ def writer_lock(db_uri: str, name: str) -> Iterator[None]:
 def drop_collection(db_uri: str, name: str) -> None:
     """Drop a collection's tables, complete or not; the chunks table first, so an interrupted
     drop leaves an incomplete collection (reported, and repaired or dropped later)."""
-    tables = ["chunks", PENDING_TABLE, "files"]
+    tables = ["chunks", "docs", PENDING_TABLE, "files"]
     if all(table_state(db_uri, f"{name}__{kind}") == ABSENT for kind in tables):
         raise CollectionNotFoundError(f"no collection named {name!r} in {db_uri}")
     _drop_tables(connect(db_uri), db_uri, name, tables)

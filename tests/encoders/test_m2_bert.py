@@ -501,4 +501,4 @@ def test_cli_indexes_a_folder_with_a_local_m2_checkpoint(tiny_folder: Path, tmp_
                     "--db", db, "--json")  # fmt: skip
     assert found.returncode == 0, found.stderr
     hits = json.loads(found.stdout)
-    assert hits and all(set(h["scores"]) == {"dense"} for h in hits)
+    assert hits and all(set(h["scores"]) == {"dense", "fused"} for h in hits)

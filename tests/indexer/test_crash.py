@@ -1,4 +1,5 @@
-"""Crash safety: kill -9 an indexing process at several points; a rerun equals a clean build."""
+"""Crash safety: kill -9 an indexing process at several points; a rerun equals a clean build
+(its chunks, vectors, file records and documents)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from docsearch.indexer.store import Store
-from tests.helpers import REPO, index_into, make_pdf, run_cli
+from tests.helpers import REPO, documents, index_into, make_pdf, run_cli
 
 
 def make_corpus(root: Path, files: int = 12) -> Path:
@@ -38,6 +39,10 @@ def snapshot(db: str) -> dict[str, Any]:
         "duplicates": len(ids) - len(set(ids)),
         "files": files,
         "vectors": {r["id"]: [round(x, 6) for x in r["vector"]] for r in rows},
+        "documents": {
+            path: {**row, "vector": [round(x, 6) for x in row["vector"]]}
+            for path, row in documents(db).items()
+        },
     }
 
 
@@ -103,25 +108,31 @@ def test_killed_at_a_random_moment_then_rerun_equals_clean_build(
     assert snapshot(db) == expected
 
 
+@pytest.mark.parametrize("table", ["__docs", "__files"])
 def test_crash_between_chunk_and_file_commits(
-    clean: tuple[Path, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    clean: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    table: str,
 ) -> None:
-    """Chunks written, files table not: the rerun redoes those files without duplicates."""
+    """Chunks written, documents or files table not: the rerun redoes those files without
+    duplicates."""
     from lancedb.table import LanceTable
 
     root, expected = clean
     db = str(tmp_path / "db")
     real_merge = LanceTable.merge_insert
-    calls = {"files": 0}
+    calls = 0
 
-    def crash_on_second_files_commit(table: LanceTable, *args: Any, **kwargs: Any) -> Any:
-        if table.name.endswith("__files"):
-            calls["files"] += 1
-            if calls["files"] == 2:
+    def crash_on_second_commit(target: LanceTable, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        if target.name.endswith(table):
+            calls += 1
+            if calls == 2:
                 raise RuntimeError("simulated power cut after the chunks commit")
-        return real_merge(table, *args, **kwargs)
+        return real_merge(target, *args, **kwargs)
 
-    monkeypatch.setattr(LanceTable, "merge_insert", crash_on_second_files_commit)
+    monkeypatch.setattr(LanceTable, "merge_insert", crash_on_second_commit)
     with pytest.raises(RuntimeError, match="power cut"):
         index_into(db, root, options={"max_tokens": 12}, commit_chunks=4)
     monkeypatch.undo()

@@ -12,7 +12,7 @@ from docsearch.errors import EncoderMismatchError
 from docsearch.indexer.pipeline import IndexReport, token_batches
 from docsearch.indexer.store import Store
 from tests.fakes import CALLS
-from tests.helpers import bad_folder, index_into, make_pdf
+from tests.helpers import bad_folder, documents, index_into, make_pdf
 
 
 def corpus(root: Path) -> Path:
@@ -44,12 +44,20 @@ def chunk_paths(db: str, name: str = "c") -> dict[str, int]:
     return counts
 
 
+def doc_rows(db: str, name: str = "c") -> dict[str, dict]:
+    """The docs table by file name (each row checked against its file's chunks)."""
+    return {Path(path).name: row for path, row in documents(db, name).items()}
+
+
 def test_first_run_indexes_everything(tmp_path: Path) -> None:
     root, db = corpus(tmp_path / "docs"), str(tmp_path / "db")
     report = run(root, db)
     assert report.new == 4 and not report.failed
     assert report.chunks_embedded == report.chunks_written > 4
     assert set(chunk_paths(db)) == {"msa.md", "nda.txt", "manual.pdf", "guide.md"}
+    docs = doc_rows(db)
+    assert {name: row["n_chunks"] for name, row in docs.items()} == chunk_paths(db)
+    assert (docs["manual.pdf"]["page_start"], docs["manual.pdf"]["page_end"]) == (1, 2)
 
 
 def test_unchanged_folder_embeds_nothing(tmp_path: Path) -> None:
@@ -75,9 +83,16 @@ def test_changed_file_reembeds_only_its_changed_chunks(tmp_path: Path) -> None:
     root, db = corpus(tmp_path / "docs"), str(tmp_path / "db")
     run(root, db)
     before = chunk_paths(db)
+    docs_before = doc_rows(db)
     with (root / "nda.txt").open("a") as handle:
         handle.write("\nA brand new clause about audits and inspections appears.\n")
     report = run(root, db)
+    docs = doc_rows(db)  # the nda's row is replaced, the others are kept as they were
+    assert "audits and inspections" in docs["nda.txt"]["text"]
+    assert docs["nda.txt"]["vector"] != docs_before["nda.txt"]["vector"]
+    assert {k: v for k, v in docs.items() if k != "nda.txt"} == {
+        k: v for k, v in docs_before.items() if k != "nda.txt"
+    }
     assert report.changed == 1 and report.unchanged == 3
     after = chunk_paths(db)
     assert after["nda.txt"] >= before["nda.txt"]
@@ -103,6 +118,7 @@ def test_deleted_file_vanishes_from_store_and_results(tmp_path: Path) -> None:
     report = run(root, db)
     assert report.deleted == 1
     assert "manual.pdf" not in chunk_paths(db)
+    assert set(doc_rows(db)) == {"msa.md", "nda.txt", "guide.md"}
     assert "manual.pdf" not in Store.open(db, "c").file_records().__repr__()
     hits = Retriever("c", db=db).search("E-MOT-21 motor stall", mode="lexical")
     assert all(not h.path.endswith("manual.pdf") for h in hits)
@@ -111,13 +127,18 @@ def test_deleted_file_vanishes_from_store_and_results(tmp_path: Path) -> None:
 def test_renamed_file_is_not_reembedded(tmp_path: Path) -> None:
     root, db = corpus(tmp_path / "docs"), str(tmp_path / "db")
     run(root, db)
-    before = chunk_paths(db)
+    before, docs_before = chunk_paths(db), doc_rows(db)
     (root / "msa.md").rename(root / "sub" / "services-agreement.md")
     report = run(root, db)
     assert (report.renamed, report.deleted, report.chunks_embedded) == (1, 0, 0)
     after = chunk_paths(db)
     assert "msa.md" not in after
     assert after["services-agreement.md"] == before["msa.md"]
+    docs = doc_rows(db)
+    assert "msa.md" not in docs
+    moved, old = docs["services-agreement.md"], docs_before["msa.md"]
+    assert (moved["text"], moved["vector"]) == (old["text"], old["vector"])
+    assert moved["doc_id"] != old["doc_id"]  # a document is its path
 
 
 def test_bad_files_are_reported_and_the_rest_indexed(tmp_path: Path) -> None:
@@ -130,6 +151,7 @@ def test_bad_files_are_reported_and_the_rest_indexed(tmp_path: Path) -> None:
         assert fragment.lower() in failed[name].lower(), (name, failed[name])
     assert report.exit_code == 3
     assert set(chunk_paths(db)) == {"good.md", "good.pdf"}
+    assert set(doc_rows(db)) == {"good.md", "good.pdf"}
     records = Store.open(db, "c").file_records()
     assert {Path(p).name for p, r in records.items() if r.status == "failed"} == set(expected)
 
@@ -137,7 +159,7 @@ def test_bad_files_are_reported_and_the_rest_indexed(tmp_path: Path) -> None:
 def test_a_file_that_turns_bad_keeps_serving_its_last_good_version(tmp_path: Path) -> None:
     root, db = corpus(tmp_path / "docs"), str(tmp_path / "db")
     run(root, db)
-    before = chunk_paths(db)["nda.txt"]
+    before, served = chunk_paths(db)["nda.txt"], doc_rows(db)["nda.txt"]
     (root / "nda.txt").write_bytes(bytes(range(256)) * 4)
     report = run(root, db)
     assert [Path(p).name for p, _ in report.failed] == ["nda.txt"]
@@ -145,8 +167,10 @@ def test_a_file_that_turns_bad_keeps_serving_its_last_good_version(tmp_path: Pat
     assert chunk_paths(db)["nda.txt"] == before
     assert len(run(root, db).failed) == 1  # still bad: still reported, still served
     assert chunk_paths(db)["nda.txt"] == before
+    assert doc_rows(db)["nda.txt"] == served
     (root / "nda.txt").write_text("Mutual confidentiality, repaired.\n")
     assert run(root, db).changed == 1
+    assert doc_rows(db)["nda.txt"]["text"] == "Mutual confidentiality, repaired."
 
 
 def test_include_and_exclude_globs(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """A collection whose creation (or drop) was killed half-way: reported, repaired by the next
-`index`, and never in the way of the other collections in the database."""
+`index`, and never in the way of the other collections in the database. A collection without
+its documents table (built before it existed, or its creation killed) gets it from the next
+`index`, made from the stored chunks."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from typer.testing import CliRunner
 
 from docsearch.app.cli import app
 from docsearch.errors import CollectionNotFoundError
-from docsearch.indexer.store import Store, files_schema, list_collections
+from docsearch.indexer.store import Store, _drop_tables, files_schema, list_collections
+from tests.helpers import documents
 from tests.indexer.cli_hooks import run_hooked
 
 INDEX = ["index", "--encoder", "hashing", "-o", "max_tokens=12"]
@@ -111,6 +114,72 @@ def test_killed_right_after_the_files_table_is_created(healthy: tuple[Path, Path
     assert list_collections(str(db)) == ["good", "new"]
 
 
+def test_killed_right_after_the_docs_table_is_created(healthy: tuple[Path, Path]) -> None:
+    db, tmp = healthy
+    args = [*INDEX, str(folder(tmp / "new", "narwhal")), "--collection", "new", "--db", str(db)]
+    killed = run_hooked(*args, env={"DOCSEARCH_TEST_KILL_AFTER_CREATE": "new__docs"})
+    assert killed.returncode == -signal.SIGKILL
+    assert (db / "new__docs.lance").is_dir() and not (db / "new__chunks.lance").exists()
+    assert list_collections(str(db)) == ["good"]
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert "3 new" in again.stderr
+    assert len(documents(str(db), "new")) == 3
+
+
+def without_documents(db: Path, name: str = "good") -> dict[str, dict]:
+    """Drop the docs table, as in a collection built before it existed; the rows it had."""
+    built = documents(str(db), name)
+    _drop_tables(Store.open(str(db), name).db, str(db), name, ["docs"])
+    return built
+
+
+def test_a_collection_without_documents_searches_then_its_next_run_backfills_them(
+    healthy: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    db, tmp = healthy
+    built = without_documents(db)
+    old = Store.open(str(db), "good")
+    assert not old.has_documents
+    assert old.search_documents_text("walrus", 5, None) == []  # the retriever falls back
+    found = run_cli("search", "walrus", "--mode", "lexical", "--json", "--db", str(db))
+    assert found.returncode == 0 and "walrus0.md" in found.stdout
+
+    with caplog.at_level(logging.INFO, logger="docsearch.indexer.store"):
+        again = run_cli(*INDEX, str(tmp / "good"), "--collection", "good", "--db", str(db))
+    assert again.returncode == 0, again.stderr
+    assert "3 unchanged" in again.stderr  # nothing was read, chunked or embedded again
+    assert "3 documents made from its stored chunks" in caplog.text
+    assert documents(str(db), "good") == built  # what the first build wrote
+    assert old.has_documents and len(old.search_documents_text("walrus", 5, None)) == 3
+
+
+def test_a_backfill_killed_before_its_index_is_finished_by_the_next_run(
+    healthy: tuple[Path, Path],
+) -> None:
+    db, tmp = healthy
+    built = without_documents(db)
+    args = [*INDEX, str(tmp / "good"), "--collection", "good", "--db", str(db)]
+    killed = run_hooked(*args, env={"DOCSEARCH_TEST_KILL_AFTER_CREATE": "good__docs"})
+    assert killed.returncode == -signal.SIGKILL
+    assert not Store.open(str(db), "good").has_documents  # rows, but no full-text index yet
+    assert run_cli(*args).returncode == 0
+    assert Store.open(str(db), "good").has_documents
+    assert documents(str(db), "good") == built
+
+
+def test_an_interrupted_docs_creation_is_rebuilt(healthy: tuple[Path, Path]) -> None:
+    db, tmp = healthy
+    built = without_documents(db)
+    interrupted_create(db, "good__docs")
+    assert list_collections(str(db)) == ["good"]
+    assert not Store.open(str(db), "good").has_documents
+    assert (
+        run_cli(*INDEX, str(tmp / "good"), "--collection", "good", "--db", str(db)).returncode == 0
+    )
+    assert documents(str(db), "good") == built
+
+
 def test_killed_drop_then_index_rebuilds_instead_of_trusting_stale_records(
     healthy: tuple[Path, Path],
 ) -> None:
@@ -129,6 +198,7 @@ def test_killed_drop_then_index_rebuilds_instead_of_trusting_stale_records(
     store = Store.open(str(db), "good")
     assert store.count_chunks() > 0
     assert {r.n_chunks > 0 for r in store.file_records().values()} == {True}
+    assert len(documents(str(db), "good")) == 3  # the stale docs table was dropped with the rest
 
 
 def test_an_incomplete_collection_can_be_dropped(healthy: tuple[Path, Path]) -> None:

@@ -24,7 +24,10 @@ def test_top_document_is_the_pump_manual_page_with_full_metadata(samples_db: str
     assert meta["pages"] == "2" and meta["page_start"] == meta["page_end"] == 2
     assert "E-MOT-21" in top.page_content and "**E-MOT-21**" in meta["snippet"]
     assert 0 <= meta["char_start"] < meta["char_end"]
-    assert set(meta["scores"]) == {"dense", "lexical"} and meta["scores"]["lexical"]["rank"] == 1
+    assert (
+        set(meta["scores"]) == {"dense", "lexical", "fused"}
+        and meta["scores"]["lexical"]["rank"] == 1
+    )
     assert meta["score"] > 0 and meta["collection"] == "samples"
     assert top.id == meta["chunk_id"] and meta["doc_id"] and meta["title"]
 
@@ -50,7 +53,7 @@ def test_document_granularity_gives_one_result_per_document(samples_db: str) -> 
 def test_mode_where_and_path_are_passed_through(samples_db: str) -> None:
     lexical = DocsearchRetriever(collection="samples", db=samples_db, mode="lexical", k=4)
     docs = lexical.invoke(QUERY)
-    assert docs and all(set(d.metadata["scores"]) == {"lexical"} for d in docs)
+    assert docs and all(set(d.metadata["scores"]) == {"lexical", "fused"} for d in docs)
     page3 = DocsearchRetriever(db=samples_db, mode="lexical", where="page_start = 3")
     on_page3 = page3.invoke("termination")
     assert on_page3 and all(d.metadata["page_start"] == 3 for d in on_page3)

@@ -26,7 +26,7 @@ def test_top_node_is_the_pump_manual_page_with_full_metadata(samples_db: str) ->
     assert "E-MOT-21" in node.get_content() and "**E-MOT-21**" in meta["snippet"]
     assert node.node_id == meta["chunk_id"] and node.ref_doc_id == meta["doc_id"]
     assert (node.start_char_idx, node.end_char_idx) == (meta["char_start"], meta["char_end"])
-    assert set(meta["scores"]) == {"dense", "lexical"}
+    assert set(meta["scores"]) == {"dense", "lexical", "fused"}
     assert top.score == pytest.approx(meta["score"]) and meta["score"] > 0
     scores = [r.get_score() for r in results]
     assert scores == sorted(scores, reverse=True)
@@ -45,7 +45,7 @@ def test_k_passages_and_filters_are_passed_through(samples_db: str) -> None:
     assert len({p.node.metadata["doc_id"] for p in passages}) < 3  # passages, not documents
     lexical = DocsearchLlamaRetriever(db=samples_db, mode="lexical", where="page_start = 3")
     found = lexical.retrieve("termination")
-    assert found and all(set(r.node.metadata["scores"]) == {"lexical"} for r in found)
+    assert found and all(set(r.node.metadata["scores"]) == {"lexical", "fused"} for r in found)
     assert all(r.node.metadata["page_start"] == 3 for r in found)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from docsearch.indexer.store import Store
 from docsearch.retriever import Retriever
-from tests.helpers import make_pdf
+from tests.helpers import documents, make_pdf
 
 QUERIES = [
     "termination for cause",
@@ -43,6 +43,25 @@ def assert_same_chunks(db_a: str, db_b: str, atol: float = 1e-6) -> int:
             mine, theirs = np.asarray(row["vector"]), np.asarray(other.pop("vector"))
             assert np.allclose(mine, theirs, atol=atol), chunk_id
         assert {k: v for k, v in row.items() if k != "vector"} == other
+    return len(a)
+
+
+def assert_same_documents(db_a: str, db_b: str, atol: float = 1e-6) -> int:
+    """Same document rows (each the one its own chunks make; vectors within `atol`) and the
+    same whole-document BM25 rankings; returns the number of documents."""
+    a, b = documents(db_a), documents(db_b)
+    assert sorted(a) == sorted(b)
+    for path, row in a.items():
+        other = dict(b[path])
+        if "vector" in row:
+            assert np.allclose(row["vector"], other.pop("vector"), atol=atol), path
+        assert {k: v for k, v in row.items() if k != "vector"} == other
+    stores = Store.open(db_a, "c"), Store.open(db_b, "c")
+    for query in QUERIES:
+        found = [
+            [(d.doc_id, d.score) for d in s.search_documents_text(query, 8, None)] for s in stores
+        ]
+        assert_same_ranking(*found)
     return len(a)
 
 

@@ -19,9 +19,10 @@ from docsearch.errors import UsageError
 from docsearch.indexer.pipeline import IndexReport, Job
 from docsearch.indexer.plan import Plan
 from docsearch.indexer.store import Store
-from tests.helpers import SAMPLES, index_into
+from tests.helpers import SAMPLES, documents, index_into
 from tests.scale.equality import (
     assert_same_chunks,
+    assert_same_documents,
     assert_same_search,
     edit_corpus,
     files,
@@ -33,13 +34,14 @@ pytest.importorskip("lance_ray")
 pytestmark = pytest.mark.ray  # `make test-ray` installs the extra and runs these
 
 HASHING: dict[str, Any] = {"encoder": "hashing", "options": {"max_tokens": 64}}
-# IVF_FLAT with 2 partitions trains on the sample corpus's ~70 rows and, probed fully, returns
-# exactly what brute force does: it exercises the distributed vector-index path in the tests.
+# IVF_FLAT with 2 partitions trains on the sample corpus's ~70 chunks (and its 5 documents: a
+# sample rate of 2 needs 4 rows) and, probed fully, returns exactly what brute force does: it
+# exercises the distributed vector-index path in the tests.
 SMALL_VECTOR_INDEX = {
     "index_type": "IVF_FLAT",
     "metric": "cosine",
     "num_partitions": 2,
-    "sample_rate": 8,
+    "sample_rate": 2,
 }
 
 
@@ -99,6 +101,7 @@ def test_stages_build_the_local_engines_collection_then_follow_edits(
     first = run_local(corpus, local), run_inline(corpus, inline)
     assert same_counts(*first) and first[0].new == 5
     assert assert_same_chunks(local, inline) == first[0].chunks_written > 5
+    assert assert_same_documents(local, inline) == 5
     assert files(local) == files(inline)
     edit_corpus(corpus)
     second = run_local(corpus, local), run_inline(corpus, inline)
@@ -107,6 +110,7 @@ def test_stages_build_the_local_engines_collection_then_follow_edits(
     assert (r.new, r.changed, r.renamed, r.touched, r.deleted, len(r.failed)) == (1, 1, 1, 1, 1, 1)
     assert 0 < r.chunks_embedded < r.chunks_written  # renamed and unchanged chunks were reused
     assert_same_chunks(local, inline)
+    assert assert_same_documents(local, inline) == 5  # one new, one deleted, one renamed
     assert files(local) == files(inline)
     assert_same_search(local, inline, modes=("lexical", "vector"))
 
@@ -117,13 +121,15 @@ def test_lexical_only_collection(corpus: Path, tmp_path: Path) -> None:
     reports = run_local(corpus, local, lexical), run_inline(corpus, inline, encoder=lexical)
     assert same_counts(*reports) and reports[1].chunks_embedded == 0
     assert assert_same_chunks(local, inline) == reports[1].chunks_written
+    assert assert_same_documents(local, inline) == 5
     assert_same_search(local, inline, modes=("lexical",))
 
 
 def test_a_run_commits_the_chunks_once(corpus: Path, tmp_path: Path) -> None:
     db = str(tmp_path / "db")
     run_inline(corpus, db)
-    before = Store.open(db, "c").chunks.version
+    store = Store.open(db, "c")
+    before, docs_before = store.chunks.version, store.docs.version
     nda = corpus / "contracts" / "mutual-nda-initech.md"
     nda.write_text("# Short\n\nOnly this line is left.\n")
     (corpus / "clinical" / "hypertension-guideline.html").unlink()
@@ -132,10 +138,14 @@ def test_a_run_commits_the_chunks_once(corpus: Path, tmp_path: Path) -> None:
     assert (report.new, report.changed, report.deleted) == (1, 1, 1)
     store = Store.open(db, "c")
     assert store.chunks.version == before + 1  # new rows in and old rows out: one version
+    assert store.docs.version == docs_before + 1  # and one for their documents
     assert [r["text"] for r in store.rows(f"path = '{nda}'")] == [
         "# Short\n\nOnly this line is left."
     ]
     assert store.count_chunks("path LIKE '%hypertension%'") == 0
+    docs = documents(db)
+    assert docs[str(nda)]["text"] == "# Short\n\nOnly this line is left."
+    assert not any("hypertension" in path for path in docs)
 
 
 def test_placement_one_actor_per_gpu_or_cpu_workers_that_leave_room() -> None:
@@ -190,9 +200,12 @@ def test_ray_cluster_builds_the_local_engines_collection(
     first = run_local(corpus, local), run_ray(corpus, distributed, **vector)
     assert same_counts(*first) and first[1].new == 5
     assert assert_same_chunks(local, distributed) == first[1].chunks_written
+    assert assert_same_documents(local, distributed) == 5
     assert files(local) == files(distributed)
     names = {cfg.name for cfg in Store.open(distributed, "c").chunks.list_indices()}
     assert {"text_idx", "path_idx", "text_sha_idx", "vector_idx"} <= names
+    docs = {cfg.name for cfg in Store.open(distributed, "c").docs.list_indices()}
+    assert docs == {"text_idx", "vector_idx"}
     assert_same_search(local, distributed)
 
     edit_corpus(corpus)
@@ -200,6 +213,7 @@ def test_ray_cluster_builds_the_local_engines_collection(
     assert same_counts(*second)
     assert (second[1].changed, second[1].renamed, second[1].deleted) == (1, 1, 1)
     assert_same_chunks(local, distributed)
+    assert assert_same_documents(local, distributed) == 5
     assert files(local) == files(distributed)
     assert_same_search(local, distributed)
     health = Store.open(distributed, "c").index_health()
@@ -215,4 +229,5 @@ def test_ray_cluster_with_sentence_transformers(
     first = run_local(corpus, local, minilm), run_ray(corpus, distributed, minilm)
     assert same_counts(*first)
     assert assert_same_chunks(local, distributed, atol=1e-5) == first[1].chunks_written
+    assert assert_same_documents(local, distributed, atol=1e-5) == 5
     assert_same_search(local, distributed)

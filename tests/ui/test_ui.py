@@ -116,6 +116,20 @@ def test_snippets_are_marked_by_their_spans_even_when_the_text_has_stars(
     )
 
 
+def test_a_result_lists_its_other_best_passages_with_their_pages(ctx: UIContext) -> None:
+    found = ctx.search("escrow", "docs", "lexical", 5, Filters())
+    hit = found.hits[0]
+    assert hit.passages and hit.passages[0].snippet == hit.snippet
+    other = replace(
+        hit.passages[0], page_start=4, page_end=5, snippet=Snippet("the <second> one", ((5, 11),))
+    )
+    found.hits[0] = replace(hit, passages=(hit.passages[0], other))
+    page = results_html(found)
+    assert '<span class="ds-at">p. 4-5</span> the &lt;<mark>second</mark>&gt; one' in page
+    shown = sum(len(h.passages) for h in found.hits)  # the first passage is the hit's snippet
+    assert page.count('<div class="ds-snippet') == shown
+
+
 def test_filters_narrow_the_results(ctx: UIContext) -> None:
     def paths(**kwargs: Any) -> list[str]:
         found = ctx.search("termination escrow invoices", "docs", "lexical", 10, Filters(**kwargs))

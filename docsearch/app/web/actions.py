@@ -153,7 +153,17 @@ def hit_html(rank: int, hit: Hit, collection: str, source: str) -> str:
         f'<div class="ds-path">{esc(display_path(hit.path, source))} · '
         f'<a href="{link}" target="_blank" rel="noopener">open original</a></div>{heading}'
         f'<div class="ds-snippet">{marked_html(hit.snippet.text, hit.snippet.marks)}</div>'
+        f"{more_passages(hit)}"
         f'<div class="ds-score">{esc(score_line(hit))}</div></li>'
+    )
+
+
+def more_passages(hit: Hit) -> str:
+    """The document's other best passages (the first is the hit's snippet), each with its pages."""
+    return "".join(
+        f'<div class="ds-snippet ds-more"><span class="ds-at">p. {html.escape(p.pages)}</span> '
+        f"{marked_html(p.snippet.text, p.snippet.marks)}</div>"
+        for p in hit.passages[1:]
     )
 
 

@@ -1,0 +1,191 @@
+"""Document-level ranking on a tiny corpus whose right answer is known.
+
+`spread.txt` talks about the query in every paragraph; `single.txt` has one paragraph that
+matches it better than any other chunk and is otherwise about something else. Whole-document
+legs and aggregated chunk legs rank `spread` first; a document scored as its best chunk ranks
+`single` first. The fused scores and leg breakdowns are recomputed here from the legs' raw
+candidates, with the rules' arithmetic written out by hand (not docsearch.fusion).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from docsearch.fusion import CHUNK_FUSION
+from docsearch.retriever import Hit, Retriever
+from tests.fakes import HashingEncoder
+from tests.helpers import index_into
+
+QUERY = "coolant pump vibration"
+FILLER = [
+    "tomato seedlings want warm soil and regular watering through the dry spring weeks",
+    "the choir rehearsed the old hymn twice before the evening concert began in town",
+    "our bakery sells rye loaves and almond pastries every morning except on sundays",
+    "the ferry timetable changes in winter when storms close the northern harbour",
+    "volunteers repainted the library shelves and sorted donated atlases by region",
+    "the museum lent two bronze statues to a travelling exhibition about sailors",
+    "grandmother kept bees behind the orchard and sold honey at the village market",
+    "a new cycling lane now links the railway station with the university campus",
+]
+
+
+def _write_corpus(root: Path) -> None:
+    root.mkdir()
+    spread = [f"In shift {i} the coolant pump showed vibration. {FILLER[i]}." for i in range(8)]
+    single = [
+        "Coolant pump vibration: coolant pump vibration was measured and the coolant pump "
+        "vibration alarm rang, coolant pump vibration high."
+    ] + [f"{line}." for line in FILLER]
+    (root / "spread.txt").write_text("\n\n".join(spread) + "\n")
+    (root / "single.txt").write_text("\n\n".join(single[:8]) + "\n")
+    for i in range(3):
+        (root / f"other{i}.txt").write_text("\n\n".join(f"{line}." for line in FILLER) + "\n")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    tmp = tmp_path_factory.mktemp("doclevel")
+    _write_corpus(tmp / "docs")
+    db = str(tmp / "db")
+    for name, encoder, options in (("lex", "none", {}), ("hyb", "hashing", {"max_tokens": 40})):
+        report = index_into(db, tmp / "docs", name, encoder=encoder, options=options, max_tokens=40)
+        assert not report.failed
+    return db, tmp / "docs"
+
+
+def _names(hits: list[Hit]) -> list[str]:
+    return [Path(h.path).name for h in hits]
+
+
+def _minmax(scores: dict[str, float]) -> dict[str, float]:
+    low, high = min(scores.values()), max(scores.values())
+    return {key: (s - low) / ((high - low) or 1.0) for key, s in scores.items()}
+
+
+def _zscores(scores: dict[str, float], keys: set[str]) -> dict[str, float]:
+    values = np.array(list(scores.values()), dtype=np.float64)
+    mean, std = values.mean(), values.std() or 1.0
+    z = {key: (s - mean) / std for key, s in scores.items()}
+    return {key: z.get(key, min(z.values())) for key in keys}
+
+
+def _chunk_bm25(retriever: Retriever) -> dict[str, list[float]]:
+    per_doc: dict[str, list[float]] = {}
+    for one in retriever.store.search_text(QUERY, 500, None):
+        per_doc.setdefault(one.doc_id, []).append(one.raw_score)
+    return per_doc
+
+
+def test_lexical_mode_ranks_the_spread_document_first(corpus: tuple[str, Path]) -> None:
+    db, _ = corpus
+    retriever = Retriever("lex", db=db)
+    hits = retriever.search(QUERY, k=5, mode="lexical")
+    assert _names(hits)[:2] == ["spread.txt", "single.txt"]
+    # Scored as its best chunk, the single strong paragraph wins: the case the rule fixes.
+    by_chunk = retriever.search(QUERY, k=5, mode="lexical", where="ordinal >= 0")
+    assert _names(by_chunk)[:2] == ["single.txt", "spread.txt"]
+    assert set(by_chunk[0].scores) == {"lexical", "fused"}  # no document leg under a chunk where
+
+    # minmax(0.7 whole-document BM25 + 0.3 sum of each document's 5 best chunk BM25 scores)
+    whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(QUERY, 500, None)}
+    sum5 = {doc: sum(sorted(s, reverse=True)[:5]) for doc, s in _chunk_bm25(retriever).items()}
+    assert set(whole) == set(sum5) == {h.doc_id for h in hits}  # only two documents match
+    doc_part, chunk_part = _minmax(whole), _minmax(sum5)
+    for rank, hit in enumerate(hits, start=1):
+        expected = 0.7 * doc_part[hit.doc_id] + 0.3 * chunk_part[hit.doc_id]
+        assert hit.score == pytest.approx(expected, rel=1e-9, abs=1e-12)
+        assert hit.scores["doc_lexical"]["score"] == pytest.approx(whole[hit.doc_id], rel=1e-6)
+        assert hit.scores["lexical"]["score"] == pytest.approx(sum5[hit.doc_id], rel=1e-6)
+        assert hit.scores["fused"] == {"rank": rank, "score": hit.score}
+    assert hits[0].score == pytest.approx(1.0)  # first in both legs
+
+
+def test_without_a_document_table_documents_rank_by_their_best_chunk(
+    corpus: tuple[str, Path], tmp_path: Path
+) -> None:
+    db, _ = corpus
+    shutil.copytree(db, tmp_path / "db")
+    shutil.rmtree(tmp_path / "db" / "lex__docs.lance")  # as a collection built before it existed
+    retriever = Retriever("lex", db=str(tmp_path / "db"))
+    assert not retriever.store.has_documents
+    hits = retriever.search(QUERY, k=5, mode="lexical")
+    assert _names(hits)[:2] == ["single.txt", "spread.txt"]
+    assert set(hits[0].scores) == {"lexical", "fused"}
+    assert len(hits[1].passages) == 3  # passages still come from the chunk pool
+
+
+def _doc_mean_cosines(retriever: Retriever) -> dict[str, float]:
+    """cosine(query, normalised mean of each document's chunk vectors), from the stored chunks."""
+    rows = retriever.store.rows("ordinal >= 0", ["doc_id", "vector"])
+    by_doc: dict[str, list[np.ndarray]] = {}
+    for row in rows:
+        by_doc.setdefault(row["doc_id"], []).append(np.asarray(row["vector"], dtype=np.float64))
+    query = HashingEncoder(max_tokens=40).encode_queries([QUERY])[0].astype(np.float64)
+    out = {}
+    for doc, vectors in by_doc.items():
+        mean = np.sum(vectors, axis=0)
+        out[doc] = float(query @ (mean / np.linalg.norm(mean)) / np.linalg.norm(query))
+    return out
+
+
+def test_hybrid_ranks_the_spread_document_first(corpus: tuple[str, Path]) -> None:
+    db, _ = corpus
+    retriever = Retriever("hyb", db=db)
+    hits = retriever.search(QUERY, k=5)
+    assert _names(hits)[0] == "spread.txt"
+    best_chunk = Retriever("hyb", db=db, fusion=CHUNK_FUSION).search(QUERY, k=5)
+    assert _names(best_chunk)[0] == "single.txt"
+
+    # zscore(0.3 whole-doc BM25 + 0.2 chunk BM25 lse@0.1 + 0.5 doc-mean cosine), dense x agreement
+    whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(QUERY, 500, None)}
+    chunks = _chunk_bm25(retriever)
+    unit = 0.1 * max(s for scores in chunks.values() for s in scores)
+    lse = {d: 0.1 * math.log(sum(math.exp(s / unit) for s in ss)) for d, ss in chunks.items()}
+    dense = _doc_mean_cosines(retriever)
+    keys = set(whole) | set(lse) | set(dense)
+    assert len(keys) == 5 and {h.doc_id for h in hits} == keys
+    z_whole, z_lse, z_dense = _zscores(whole, keys), _zscores(lse, keys), _zscores(dense, keys)
+    lexical_side = {key: 0.3 * z_whole[key] + 0.2 * z_lse[key] for key in set(whole) | set(lse)}
+    shared = set(lexical_side) & set(dense)  # five documents: every one is in both top tens
+    agreement = min(1.0, len(shared) / 10 / 0.1)
+    expected = {
+        key: 0.3 * z_whole[key] + 0.2 * z_lse[key] + 0.5 * agreement * z_dense[key] for key in keys
+    }
+    # Best first, ties (the three identical other documents) by doc_id.
+    assert [h.doc_id for h in hits] == sorted(keys, key=lambda key: (-expected[key], key))
+    for rank, hit in enumerate(hits, start=1):
+        key = hit.doc_id
+        assert hit.score == pytest.approx(expected[key], rel=1e-6, abs=1e-9)
+        assert hit.scores["fused"]["rank"] == rank
+        assert hit.scores["fused"]["agreement"] == pytest.approx(agreement)
+        assert hit.scores["doc_dense"]["score"] == pytest.approx(dense[key], abs=1e-5)
+        if key in lse:
+            assert hit.scores["lexical"]["score"] == pytest.approx(lse[key], rel=1e-6)
+            assert hit.scores["doc_lexical"]["score"] == pytest.approx(whole[key], rel=1e-6)
+
+
+def test_a_document_shows_its_best_passages(corpus: tuple[str, Path]) -> None:
+    db, _ = corpus
+    hits = Retriever("lex", db=db).search(QUERY, k=5, mode="lexical")
+    spread, single = hits[0], hits[1]
+    assert len(spread.passages) == 3  # many matching chunks: the best three
+    assert all("**coolant**" in p.snippet.marked().lower() for p in spread.passages)
+    scores = [p.score for p in spread.passages]
+    assert scores == sorted(scores, reverse=True)
+    assert single.passages[0].text.startswith("Coolant pump vibration")  # its one strong chunk
+    assert len(single.passages) == 1  # no other chunk of it matches
+    first = spread.passages[0]
+    assert (spread.chunk_id, spread.snippet, spread.pages) == (first.chunk_id, first.snippet, "1")
+    shown = spread.as_dict()
+    assert [p["chunk_id"] for p in shown["passages"]] == [p.chunk_id for p in spread.passages]
+    assert shown["passages"][0]["snippet"] == first.snippet.marked()
+    assert {"pages", "score", "snippet_span"} <= shown["passages"][1].keys()
+    assert "text" not in shown["passages"][1]  # the document's text is the hit's, not repeated
+    # Passage search returns chunks, each its own evidence.
+    passages = Retriever("lex", db=db).search(QUERY, k=3, mode="lexical", granularity="passage")
+    assert passages[0].doc_id == single.doc_id and passages[0].passages == ()
