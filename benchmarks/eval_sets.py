@@ -104,6 +104,7 @@ def load_group(
         sets = {key: (sampled if key == first else s.about(docs)) for key, s in sets.items()}
     base = sets[first]
     union = base._with(
+        None,
         queries={f"{k}\0{q}": t for k, s in sets.items() for q, t in s.queries.items()},
         qrels={f"{k}\0{q}": r for k, s in sets.items() for q, r in s.qrels.items()},
     )
