@@ -22,8 +22,6 @@ import numpy as np
 
 from docsearch.errors import UnknownEncoderError
 
-SPEC_VERSION = 1
-
 
 @runtime_checkable
 class Encoder(Protocol):
@@ -144,6 +142,48 @@ def describe(spec: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers shared by encoder families
+
+
+class HFEncoder:
+    """The `Encoder` methods the built-in families share: token counts and spans from their
+    Hugging Face `tokenizer`, both sides through `_vectors(texts, side)`, `spec()` from
+    `vector_options()`.
+
+    A family sets `name`, `dim`, `max_tokens` and `tokenizer`, and implements `_vectors` (side is
+    "query" or "document"; (n, dim) vectors, not yet normalised; never called with no texts) and
+    `vector_options` (what changes the vectors; see `spec_of`).
+    """
+
+    name: str
+    dim: int
+    max_tokens: int | None
+    tokenizer: Any
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return hf_count_tokens(self.tokenizer, texts)
+
+    def token_spans(self, text: str) -> list[tuple[int, int]]:
+        return hf_token_spans(self.tokenizer, text)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, "query")
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, "document")
+
+    def spec(self) -> dict[str, Any]:
+        return spec_of(self, self.vector_options())
+
+    def _encode(self, texts: Sequence[str], side: str) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return l2_normalize(self._vectors(texts, side))
+
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def vector_options(self) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 def spec_of(encoder: Any, options: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from docsearch.defaults import DEFAULT_TOKEN_BUDGET
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, spec_of
+from docsearch.encoders.base import HFEncoder, hf_token_spans
 from docsearch.encoders.batching import token_batches
 from docsearch.encoders.device import choose
 from docsearch.encoders.weights import resolve_model
@@ -162,7 +162,7 @@ def pool(hidden: torch.Tensor, weights: torch.Tensor, pooling: str) -> torch.Ten
 # The encoder skeleton
 
 
-class DecoderEncoder:
+class DecoderEncoder(HFEncoder):
     """A frozen decoder LLM read out by pooling its final hidden state under a prompt template.
 
     Subclasses set `name`, the default templates and pooling, and may override `_forward` (the
@@ -172,8 +172,6 @@ class DecoderEncoder:
     """
 
     name = "decoder"
-    dim: int
-    max_tokens: int | None
     query_template_default = "{text}"
     document_template_default = "{text}"
     pooling_default = "mean"
@@ -225,23 +223,6 @@ class DecoderEncoder:
             fits.append((window - overhead) // template.count("{text}"))
         return max(1, min(cap or DEFAULT_MAX_TOKENS, *fits))
 
-    # Encoder protocol ---------------------------------------------------------------------
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self.tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self.tokenizer, text)
-
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode(texts, self.query_template)
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode(texts, self.document_template)
-
-    def spec(self) -> dict[str, Any]:
-        return spec_of(self, self.vector_options())
-
     def vector_options(self) -> dict[str, Any]:
         """Every option that changes the vectors, explicit so a later default change is harmless."""
         return {
@@ -253,15 +234,10 @@ class DecoderEncoder:
             "max_tokens": self.max_tokens_cap or None,
         }
 
-    # Encoding -----------------------------------------------------------------------------
-
-    def tokenize(self, texts: Sequence[str], template: str) -> list[Tokenized]:
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        template = self.query_template if side == "query" else self.document_template
         tok = self.tokenizer
-        return [tokenize(tok, template, truncate(tok, t, self.max_tokens)) for t in texts]
-
-    def encode(self, texts: Sequence[str], template: str) -> np.ndarray:
-        """Unit-norm float32 embeddings of `texts` under `template`, (n, dim)."""
-        items = self.tokenize(texts, template)
+        items = [tokenize(tok, template, truncate(tok, t, self.max_tokens)) for t in texts]
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         for batch in token_batches([len(it.ids) for it in items], self.token_budget):
             rows = [items[i] for i in batch]
@@ -270,7 +246,7 @@ class DecoderEncoder:
             with torch.inference_mode():
                 hidden = self._forward({k: v.to(self.device) for k, v in inputs.items()})
                 out[batch] = pool(hidden, weights, self.pooling).cpu().numpy()
-        return l2_normalize(out)
+        return out
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Final-layer hidden states (batch, seq, dim), after the model's final norm."""

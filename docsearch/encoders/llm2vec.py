@@ -32,7 +32,8 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.base import HFEncoder, hf_count_tokens, register
+from docsearch.encoders.batching import longest_first
 from docsearch.encoders.device import choose
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
@@ -485,7 +486,7 @@ def read_settings(folders: Sequence[Path]) -> dict[str, Any]:
 
 
 @register("llm2vec")
-class LLM2VecEncoder:
+class LLM2VecEncoder(HFEncoder):
     """A bidirectional decoder with LLM2Vec pooling; queries carry an instruction, documents not.
 
     Options: `model` (base model or released `-mntp` folder / Hub id), `adapter` (a further LoRA
@@ -528,56 +529,42 @@ class LLM2VecEncoder:
         )
         self.query_instruction, self.document_instruction = query_instruction, document_instruction
         self.bidirectional, self.batch_size = bidirectional, batch_size
-        self._tokenizer = load_tokenizer(tokenizer_folder(first, base))
-        self._model = self._build(base, stack, attn)
-        self.dim = int(self._model.config.hidden_size)
-        self.max_tokens: int | None = self._content_budget()
-        bos = self._tokenizer.bos_token_id
-        if self.pooling == "bos_token" and bos not in self._tokenizer("x")["input_ids"]:
-            raise UsageError("this tokenizer adds no BOS token; use pooling 'mean' instead")
-
-    def _build(self, base: Path, stack: Sequence[Path], attn_implementation: str) -> Any:
-        model: Any = load_decoder(
-            base,
-            dtype=self.torch_dtype,
-            attn_implementation=attn_implementation,
-            bidirectional=self.bidirectional,
+        self.tokenizer = load_tokenizer(tokenizer_folder(first, base))
+        decoder: Any = load_decoder(
+            base, dtype=self.torch_dtype, attn_implementation=attn, bidirectional=bidirectional
         )
         for folder in stack:
-            model = merge_adapter(model, folder)
-        return model.to(self.device).eval()
+            decoder = merge_adapter(decoder, folder)
+        self._model = decoder.to(self.device).eval()
+        self.dim = int(self._model.config.hidden_size)
+        self.max_tokens = self._content_budget()
+        bos = self.tokenizer.bos_token_id
+        if self.pooling == "bos_token" and bos not in self.tokenizer("x")["input_ids"]:
+            raise UsageError("this tokenizer adds no BOS token; use pooling 'mean' instead")
 
     def _content_budget(self) -> int:
         """Most text tokens a document input keeps: doc_max_length, within max_length."""
-        specials = len(self._tokenizer("", add_special_tokens=True)["input_ids"])
-        instruction = hf_count_tokens(self._tokenizer, [self.document_instruction])[0]
+        specials = len(self.tokenizer("", add_special_tokens=True)["input_ids"])
+        instruction = hf_count_tokens(self.tokenizer, [self.document_instruction])[0]
         extra = 1 if self.document_instruction else 0  # the joining space may merge differently
         extra += 1 if self.pooling == "eos_token" else 0
         return min(self.doc_max_length, self.max_length - specials - instruction - extra)
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self._tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self._tokenizer, text)
 
     def embed_pairs(self, pairs: Sequence[tuple[str, str]]) -> torch.Tensor:
         """Pooled, unnormalised float32 vectors for `[instruction, text]` pairs, in input order.
 
         Longest texts first, so each batch pads little (as the reference sorts them).
         """
-        order = sorted(range(len(pairs)), key=lambda i: -len(pairs[i][1]))
         out = torch.zeros(len(pairs), self.dim, dtype=torch.float32)
         with torch.no_grad():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
+            for rows in longest_first([len(text) for _, text in pairs], self.batch_size):
                 out[rows] = self.embed_batch([pairs[i] for i in rows]).float().cpu()
         return out  # (n, dim)
 
     def embed_batch(self, pairs: Sequence[tuple[str, str]]) -> torch.Tensor:
         """Pooled vectors for one batch, with gradients if enabled (used by training)."""
         batch = build_inputs(
-            self._tokenizer,
+            self.tokenizer,
             pairs,
             max_length=self.max_length,
             doc_max_length=self.doc_max_length,
@@ -594,13 +581,15 @@ class LLM2VecEncoder:
             batch["attention_mask"],
             batch["input_ids"],
             self.pooling,
-            self._tokenizer.bos_token_id,
+            self.tokenizer.bos_token_id,
         )
+
+    def _instruction(self, side: str) -> str:
+        return self.query_instruction if side == "query" else self.document_instruction
 
     def embed(self, texts: Sequence[str], side: str) -> torch.Tensor:
         """Pooled vectors of one batch with gradients (training); `side`: "query" or "document"."""
-        instruction = self.query_instruction if side == "query" else self.document_instruction
-        return self.embed_batch([(instruction, t) for t in texts])  # (n, dim)
+        return self.embed_batch([(self._instruction(side), t) for t in texts])  # (n, dim)
 
     def add_lora(self, r: int = 16, alpha: int = 32) -> Any:
         """Wrap the decoder in a fresh LLM2Vec LoRA (peft), returned for training and saving;
@@ -610,20 +599,11 @@ class LLM2VecEncoder:
         self._model = get_peft_model(self._model, lora_config(r=r, alpha=alpha))
         return self._model
 
-    def _encode(self, texts: Sequence[str], instruction: str) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self.embed_pairs([(instruction, t) for t in texts])
-        return l2_normalize(vectors.numpy())
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        return self.embed_pairs([(self._instruction(side), t) for t in texts]).numpy()
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.query_instruction)
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.document_instruction)
-
-    def spec(self) -> dict[str, Any]:
-        options: dict[str, Any] = {
+    def vector_options(self) -> dict[str, Any]:
+        return {
             "model": self.model_ref,
             "pooling": self.pooling,
             "max_length": self.max_length,
@@ -633,12 +613,5 @@ class LLM2VecEncoder:
             "skip_instruction": self.skip_instruction,
             "bidirectional": self.bidirectional,
             "dtype": self.dtype,
-        }
-        if self.adapter:
-            options["adapter"] = self.adapter
-        return {
-            "encoder": self.name,
-            "options": options,
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
+            "adapter": self.adapter or None,
         }

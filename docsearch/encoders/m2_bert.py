@@ -34,13 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from docsearch.encoders.base import (
-    hf_count_tokens,
-    hf_token_spans,
-    l2_normalize,
-    register,
-    spec_of,
-)
+from docsearch.encoders.base import HFEncoder, register
 from docsearch.encoders.device import resolve_device, resolve_dtype
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
@@ -730,7 +724,7 @@ def _absolute_if_folder(ref: str) -> str:
 
 
 @register("m2-bert", aliases=("m2",))
-class M2BertEncoder:
+class M2BertEncoder(HFEncoder):
     """Whole-document M2-BERT embeddings: the CLS pooler output, L2-normalised.
 
     Queries and documents are encoded alike (no prompts), as in the LoCo evaluation. Each text
@@ -766,11 +760,11 @@ class M2BertEncoder:
         self.padding, self.dtype_name = padding, str(torch_dtype).removeprefix("torch.")
         folder = resolve_model(model)
         self._model = load_model(folder, torch_dtype, self.device)
-        self._tokenizer = load_tokenizer(folder, tokenizer)
+        self.tokenizer = load_tokenizer(folder, tokenizer)
         cfg = self._model.config
-        if len(self._tokenizer) > cfg.vocab_size:
+        if len(self.tokenizer) > cfg.vocab_size:
             raise EncoderUnavailableError(
-                f"the tokenizer has {len(self._tokenizer)} tokens but the model only "
+                f"the tokenizer has {len(self.tokenizer)} tokens but the model only "
                 f"{cfg.vocab_size}; pass the tokenizer the checkpoint was trained with"
             )
         self.seq_len = min(cfg.max_position_embeddings, cfg.long_conv_l_max)
@@ -779,15 +773,9 @@ class M2BertEncoder:
         self.tokens_per_batch = tokens_per_batch
         self.truncated = 0  # texts cut to max_tokens since construction
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self._tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self._tokenizer, text)
-
     def input_ids(self, text: str) -> list[int]:
         """`[CLS] tokens [SEP]`, unpadded; cut to `max_tokens` with a warning when longer."""
-        ids: list[int] = self._tokenizer(text, add_special_tokens=True)["input_ids"]
+        ids: list[int] = self.tokenizer(text, add_special_tokens=True)["input_ids"]
         if len(ids) > self.seq_len:
             self.truncated += 1
             logger.warning(
@@ -816,7 +804,8 @@ class M2BertEncoder:
         return batches
 
     @torch.inference_mode()
-    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        """Queries and documents alike."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         rows = [self.input_ids(t) for t in texts]
         pad = self._model.config.pad_token_id
@@ -826,20 +815,13 @@ class M2BertEncoder:
                 ids[j, : len(rows[i])] = torch.tensor(rows[i])
             _, pooled = self._model(ids.to(self.device))  # (batch, d)
             out[idx] = pooled.float().cpu().numpy()
-        return l2_normalize(out)
+        return out
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts)
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts)
-
-    def spec(self) -> dict[str, Any]:
+    def vector_options(self) -> dict[str, Any]:
         """Options left at their defaults are left out, as the first specs stored them."""
-        options = {
+        return {
             "model": self.model_ref,
             "tokenizer": self.tokenizer_ref or None,
             "padding": None if self.padding == "max_length" else self.padding,
             "dtype": None if self.dtype_name == "float32" else self.dtype_name,
         }
-        return spec_of(self, options)

@@ -35,13 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from docsearch.encoders.base import (
-    hf_count_tokens,
-    hf_token_spans,
-    l2_normalize,
-    register,
-    spec_of,
-)
+from docsearch.encoders.base import HFEncoder, register
+from docsearch.encoders.batching import longest_first
 from docsearch.encoders.device import choose
 from docsearch.encoders.llm2vec import (
     bidirectional_hidden_states,
@@ -578,7 +573,7 @@ def load_nv_tokenizer(base: Path, adapter: Path | None) -> Any:
 
 
 @register("nv-embed", aliases=("nv_embed", "nvembed"))
-class NVEmbedEncoder:
+class NVEmbedEncoder(HFEncoder):
     """NV-Embed vectors: bidirectional decoder, latent-attention pooling, L2-normalised.
 
     Options: `model` (a released NV-Embed folder or Hub id, or the base decoder of an adapter;
@@ -628,7 +623,7 @@ class NVEmbedEncoder:
         if self.licence == LICENCE:
             log.warning("%s: %s", self.model_ref, LICENCE_NOTICE)
         self._decoder, self._latent = self._load(base, adapter_dir, attn)
-        self._tokenizer = load_nv_tokenizer(base, adapter_dir)
+        self.tokenizer = load_nv_tokenizer(base, adapter_dir)
         self.dim = int(self._decoder.config.hidden_size)
         self.max_tokens: int | None = self._content_budget()
 
@@ -658,9 +653,9 @@ class NVEmbedEncoder:
 
     def _content_budget(self) -> int:
         """Most text tokens a document keeps: max_length minus BOS, instruction and EOS."""
-        specials = len(self._tokenizer("")["input_ids"])
-        instruction = instruction_length(self._tokenizer, self.document_instruction)
-        query = instruction_length(self._tokenizer, self.query_instruction)
+        specials = len(self.tokenizer("")["input_ids"])
+        instruction = instruction_length(self.tokenizer, self.document_instruction)
+        query = instruction_length(self.tokenizer, self.query_instruction)
         joint = 1 if self.document_instruction else 0  # the join may tokenize one piece longer
         budget = self.max_length - specials - instruction - joint - 1  # - EOS
         if budget < 1 or self.max_length <= specials + query + 1:
@@ -670,51 +665,28 @@ class NVEmbedEncoder:
             )
         return budget
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self._tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self._tokenizer, text)
-
     def embed(self, texts: Sequence[str], instruction: str) -> torch.Tensor:
         """Unit float32 vectors, in input order; longest texts first so batches pad little."""
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out = torch.zeros(len(texts), self.dim, dtype=torch.float32)
         with torch.no_grad():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
+            for rows in longest_first([len(t) for t in texts], self.batch_size):
                 batch = [texts[i] for i in rows]
                 out[rows] = embed_batch(
-                    self._decoder,
-                    self._latent,
-                    self._tokenizer,
-                    batch,
-                    instruction,
-                    self.max_length,
+                    self._decoder, self._latent, self.tokenizer, batch, instruction, self.max_length
                 ).cpu()
         return out  # (n, dim)
 
-    def _encode(self, texts: Sequence[str], instruction: str) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return l2_normalize(self.embed(texts, instruction).numpy())
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        instruction = self.query_instruction if side == "query" else self.document_instruction
+        return self.embed(texts, instruction).numpy()
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.query_instruction)
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.document_instruction)
-
-    def spec(self) -> dict[str, Any]:
-        return spec_of(
-            self,
-            {
-                "model": self.model_ref,
-                "max_length": self.max_length,
-                "query_instruction": self.query_instruction,
-                "document_instruction": self.document_instruction,
-                "pooling": self.pooling,
-                "dtype": self.dtype,
-                "adapter": self.adapter or None,
-            },
-        )
+    def vector_options(self) -> dict[str, Any]:
+        return {
+            "model": self.model_ref,
+            "max_length": self.max_length,
+            "query_instruction": self.query_instruction,
+            "document_instruction": self.document_instruction,
+            "pooling": self.pooling,
+            "dtype": self.dtype,
+            "adapter": self.adapter or None,
+        }
