@@ -146,6 +146,13 @@ def span_mask(items: Sequence[Tokenized], width: int, pool_span: str) -> torch.T
     return mask
 
 
+def masked_mean(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of (batch, seq, dim) rows over the positions where `mask` (batch, seq) is non-zero,
+    weighted by it; a row with an empty mask gives zeros (NV-Embed's reference divides by zero)."""
+    weights = mask.to(tokens.device, tokens.dtype).unsqueeze(-1)  # (batch, seq, 1)
+    return (tokens * weights).sum(1) / weights.sum(1).clamp(min=1.0)  # (batch, dim)
+
+
 def pool(hidden: torch.Tensor, weights: torch.Tensor, pooling: str) -> torch.Tensor:
     """Pool (batch, seq, dim) states: mean under `weights` (batch, seq), the last token, or their
     average. The last token is the final column because rows are left-padded."""
@@ -153,8 +160,7 @@ def pool(hidden: torch.Tensor, weights: torch.Tensor, pooling: str) -> torch.Ten
     last = hidden[:, -1]  # (batch, dim)
     if pooling == "last":
         return last
-    w = weights.to(hidden.device).unsqueeze(-1)  # (batch, seq, 1)
-    mean = (hidden * w).sum(1) / w.sum(1).clamp(min=1.0)  # (batch, dim)
+    mean = masked_mean(hidden, weights)
     return mean if pooling == "mean" else 0.5 * (mean + last)
 
 

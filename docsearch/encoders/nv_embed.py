@@ -37,6 +37,7 @@ from torch import nn
 
 from docsearch.encoders.base import HFEncoder, register
 from docsearch.encoders.batching import longest_first
+from docsearch.encoders.decoder_common import masked_mean
 from docsearch.encoders.device import choose
 from docsearch.encoders.llm2vec import (
     bidirectional_hidden_states,
@@ -180,39 +181,20 @@ class FeedForward(nn.Module):
         return self.net(x)
 
 
-class PreNormAttention(nn.Module):
-    """`cross_attend_blocks.0`: LayerNorm on the tokens (`norm`) and the latents (`norm_context`)."""
+class PreNorm(nn.Module):
+    """`cross_attend_blocks.N`: LayerNorm on the tokens (`norm`) and, for the attention block, on
+    the latents (`norm_context`), then `fn`."""
 
-    def __init__(self, dim: int, context_dim: int, heads: int, head_dim: int) -> None:
+    def __init__(self, fn: nn.Module, dim: int, context_dim: int | None = None) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(dim)
-        self.norm_context = nn.LayerNorm(context_dim)
-        self.fn = CrossAttention(dim, context_dim, heads, head_dim)
+        self.norm_context = nn.LayerNorm(context_dim) if context_dim else None
+        self.fn = fn
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        if self.norm_context is None:
+            return self.fn(self.norm(x))
         return self.fn(self.norm(x), self.norm_context(context))
-
-
-class PreNormFeedForward(nn.Module):
-    """`cross_attend_blocks.1`: LayerNorm (`norm`), then the GEGLU MLP (`fn`)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.fn = FeedForward(dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fn(self.norm(x))
-
-
-def masked_mean(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of (batch, seq, dim) rows over the positions where `mask` (batch, seq) is 1.
-
-    A row with an empty mask gives zeros (the reference divides by zero there).
-    """
-    weights = mask.to(tokens.dtype).unsqueeze(-1)  # (batch, seq, 1)
-    total = (tokens * weights).sum(1)
-    return total / weights.sum(1).clamp(min=1.0)  # (batch, dim)
 
 
 class LatentAttentionModel(nn.Module):
@@ -227,8 +209,9 @@ class LatentAttentionModel(nn.Module):
         self.config = config
         dim, heads, head_dim = config.hidden_dim, config.num_cross_heads, config.cross_dim_head
         self.latents = nn.Parameter(torch.randn(config.num_latents_value, config.latent_dim))
+        attention = CrossAttention(dim, config.latent_dim, heads, head_dim)
         self.cross_attend_blocks = nn.ModuleList(
-            [PreNormAttention(dim, config.latent_dim, heads, head_dim), PreNormFeedForward(dim)]
+            [PreNorm(attention, dim, config.latent_dim), PreNorm(FeedForward(dim), dim)]
         )
 
     def tokens(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -275,13 +258,6 @@ def instruction_length(tokenizer: Any, instruction: str) -> int:
     return len(tokenizer.tokenize(instruction)) if instruction else 0
 
 
-def pool_mask_for(attention_mask: torch.Tensor, n_instruction: int) -> torch.Tensor:
-    """The attention mask with its first `n_instruction` positions set to 0 (right padding)."""
-    mask = attention_mask.clone()
-    mask[:, :n_instruction] = 0
-    return mask  # (batch, seq)
-
-
 def build_inputs(
     tokenizer: Any, texts: Sequence[str], instruction: str, max_length: int
 ) -> dict[str, torch.Tensor]:
@@ -299,11 +275,12 @@ def build_inputs(
         padding_side="right",
         return_tensors="pt",
     )
-    n_instruction = instruction_length(tokenizer, instruction)
+    pool_mask = enc["attention_mask"].clone()  # (batch, seq)
+    pool_mask[:, : instruction_length(tokenizer, instruction)] = 0
     return {
         "input_ids": enc["input_ids"],
         "attention_mask": enc["attention_mask"],
-        "pool_mask": pool_mask_for(enc["attention_mask"], n_instruction),
+        "pool_mask": pool_mask,
     }
 
 
@@ -337,10 +314,6 @@ def is_released_layout(folder: Path) -> bool:
     """A folder with an NV-Embed `config.json` (`model_type` nvembed)."""
     config = folder / "config.json"
     return config.is_file() and read_json(config).get("model_type") == NVEMBED_MODEL_TYPE
-
-
-def is_nv_adapter(folder: Path) -> bool:
-    return (folder / ADAPTER_CONFIG_FILE).is_file()
 
 
 def decoder_config(text_config: dict[str, Any]) -> Any:
@@ -518,7 +491,7 @@ def resolve_layers(model: str | None, adapter: str | None) -> tuple[str, Path, P
     released NV-Embed-v2.
     """
     adapter_dir = resolve_model(adapter) if adapter else None
-    if adapter_dir is not None and not is_nv_adapter(adapter_dir):
+    if adapter_dir is not None and not (adapter_dir / ADAPTER_CONFIG_FILE).is_file():
         raise EncoderUnavailableError(
             f"{adapter!r} is not an NV-Embed adapter folder (no {ADAPTER_CONFIG_FILE}); give the "
             "folder written by docsearch.training.nv_embed_train"
