@@ -218,13 +218,10 @@ def lora_config(r: int = 16, alpha: int = 32, dropout: float = 0.05) -> Any:
     )
 
 
-def has_weights(folder: Path) -> bool:
-    return any((folder / name).exists() for name in WEIGHT_FILES)
-
-
 def is_adapter_folder(folder: Path) -> bool:
     """A peft adapter folder (LoRA files, no full model weights)."""
-    return (folder / ADAPTER_CONFIG).exists() and not has_weights(folder)
+    has_weights = any((folder / name).exists() for name in WEIGHT_FILES)
+    return (folder / ADAPTER_CONFIG).exists() and not has_weights
 
 
 def adapter_base(folder: Path) -> str:
@@ -288,9 +285,7 @@ def same_adapter(a: Path, b: Path) -> bool:
 
 def tokenizer_folder(first: Path, base: Path) -> Path:
     """Released `-mntp` folders carry the tokenizer; a bare adapter name defers to the base."""
-    has_tokenizer = (first / "tokenizer_config.json").exists() or (
-        first / "tokenizer.json"
-    ).exists()
+    has_tokenizer = any((first / f).exists() for f in ("tokenizer_config.json", "tokenizer.json"))
     return first if has_tokenizer else base
 
 
@@ -384,11 +379,6 @@ def join_pair(instruction: str, text: str) -> str:
     return f"{instruction.strip()} {SEPARATOR}{text}" if instruction else f"{SEPARATOR}{text}"
 
 
-def count_truncated(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[int]:
-    enc = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length)
-    return [len(ids) for ids in enc["input_ids"]]
-
-
 def build_inputs(
     tokenizer: Any,
     pairs: Sequence[tuple[str, str]],
@@ -417,11 +407,11 @@ def build_inputs(
         return_tensors="pt",
     )
     tails = [p[1] if len(p) > 1 else "" for p in parts]
-    counts = count_truncated(tokenizer, tails, max_length)
+    text_ids = tokenizer(tails, add_special_tokens=False, truncation=True, max_length=max_length)
     embed_mask = torch.zeros_like(enc["attention_mask"])  # (batch, seq)
-    for row, n in enumerate(counts):
-        if n:
-            embed_mask[row, -n:] = 1
+    for row, ids in enumerate(text_ids["input_ids"]):
+        if ids:
+            embed_mask[row, -len(ids) :] = 1
     return {
         "input_ids": enc["input_ids"],
         "attention_mask": enc["attention_mask"],
