@@ -326,41 +326,34 @@ def decoder_config(text_config: dict[str, Any]) -> Any:
     return AutoConfig.for_model(model_type, **values)
 
 
-def tensor_names(path: Path) -> dict[str, Path]:
-    """Tensor name -> `path`, for every tensor in one safetensors file."""
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise EncoderUnavailableError(f"{path} is missing; the model folder is incomplete")
-    with safe_open(str(path), "pt") as handle:
-        return dict.fromkeys(handle.keys(), path)
-
-
-def weight_files(folder: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file that holds it (single file or sharded index)."""
+def safetensors_files(folder: Path) -> list[Path]:
+    """The checkpoint's safetensors files: the shards its index names, or the single file."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = read_json(index)["weight_map"]
-        return {key: folder / name for key, name in weight_map.items()}
+        return sorted({folder / name for name in read_json(index)["weight_map"].values()})
     if not (folder / "model.safetensors").is_file():
         raise EncoderUnavailableError(
             f"{folder} has no model.safetensors (or index); NV-Embed folders are read as "
             "safetensors only"
         )
-    return tensor_names(folder / "model.safetensors")
+    return [folder / "model.safetensors"]
 
 
-def read_prefixed(files: dict[str, Path], prefix: str) -> dict[str, torch.Tensor]:
-    """Tensors whose name starts with `prefix`, the prefix removed."""
-    from safetensors import safe_open
+def read_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """Every tensor in `files`, by name."""
+    from safetensors.torch import load_file
 
-    out: dict[str, torch.Tensor] = {}
-    for path in sorted(set(files.values())):
-        with safe_open(str(path), "pt") as handle:
-            for key in handle.keys():  # noqa: SIM118 - a safetensors handle, not a dict
-                if key.startswith(prefix):
-                    out[key[len(prefix) :]] = handle.get_tensor(key)
-    return out
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        if not path.is_file():
+            raise EncoderUnavailableError(f"{path} is missing; the model folder is incomplete")
+        state.update(load_file(str(path)))
+    return state
+
+
+def strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors whose name starts with `prefix`, the prefix removed."""
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
 def check_keys(found: set[str], expected: set[str], what: str) -> None:
@@ -428,17 +421,17 @@ def load_released(
     text_config = decoder_config(config.get("text_config") or {})
     latent_config = LatentAttentionConfig.from_dict(config.get("latent_attention_config") or {})
     check_widths(latent_config, int(text_config.hidden_size))
-    files = weight_files(folder)
-    stray = sorted(k for k in files if not k.startswith((DECODER_PREFIX, LATENT_PREFIX)))
+    state = read_tensors(safetensors_files(folder))
+    stray = sorted(k for k in state if not k.startswith((DECODER_PREFIX, LATENT_PREFIX)))
     if stray:
         raise EncoderUnavailableError(
             f"{folder} holds {len(stray)} tensors outside embedding_model.* and "
             f"latent_attention_model.* (e.g. {stray[0]!r}); is it an NV-Embed checkpoint?"
         )
-    decoder_state = read_prefixed(files, DECODER_PREFIX)
+    decoder_state = strip_prefix(state, DECODER_PREFIX)
     check_keys(set(decoder_state), expected_decoder_keys(text_config), "embedding_model.*")
     decoder = build_decoder(text_config, decoder_state, dtype, attn_implementation)
-    latent = build_latent(latent_config, read_prefixed(files, LATENT_PREFIX), dtype)
+    latent = build_latent(latent_config, strip_prefix(state, LATENT_PREFIX), dtype)
     return decoder, latent
 
 
@@ -479,9 +472,8 @@ def load_adapter_latent(folder: Path, dtype: torch.dtype) -> LatentAttentionMode
     config = LatentAttentionConfig.from_dict(
         read_json(folder / ADAPTER_CONFIG_FILE)["latent_attention_config"]
     )
-    return build_latent(
-        config, read_prefixed(tensor_names(folder / LATENT_FILE), LATENT_PREFIX), dtype
-    )
+    state = strip_prefix(read_tensors([folder / LATENT_FILE]), LATENT_PREFIX)
+    return build_latent(config, state, dtype)
 
 
 def resolve_layers(model: str | None, adapter: str | None) -> tuple[str, Path, Path | None]:
@@ -496,12 +488,9 @@ def resolve_layers(model: str | None, adapter: str | None) -> tuple[str, Path, P
             f"{adapter!r} is not an NV-Embed adapter folder (no {ADAPTER_CONFIG_FILE}); give the "
             "folder written by docsearch.training.nv_embed_train"
         )
-    if model is None:
-        model = (
-            str(read_json(adapter_dir / ADAPTER_CONFIG_FILE)["base"])
-            if adapter_dir
-            else DEFAULT_MODEL
-        )
+    if model is None and adapter_dir is not None:
+        model = str(read_json(adapter_dir / ADAPTER_CONFIG_FILE)["base"])
+    model = DEFAULT_MODEL if model is None else model
     return model, resolve_model(model), adapter_dir
 
 
@@ -595,25 +584,19 @@ class NVEmbedEncoder(HFEncoder):
         self.licence = licence_for(self.model_ref, self._config(base))
         if self.licence == LICENCE:
             log.warning("%s: %s", self.model_ref, LICENCE_NOTICE)
-        self._decoder, self._latent = self._load(base, adapter_dir, attn)
-        self.tokenizer = load_nv_tokenizer(base, adapter_dir)
-        self.dim = int(self._decoder.config.hidden_size)
-        self.max_tokens: int | None = self._content_budget()
-
-    def _load(
-        self, base: Path, adapter_dir: Path | None, attn_implementation: str
-    ) -> tuple[Any, LatentAttentionModel | None]:
-        """(decoder, latent block or None for mean pooling), on the device, in eval mode."""
-        decoder, latent = load_layers(base, adapter_dir, self.torch_dtype, attn_implementation)
-        if latent is None and self.pooling == "latent":
+        decoder, latent = load_layers(base, adapter_dir, self.torch_dtype, attn)
+        if latent is None and pooling == "latent":
             raise EncoderUnavailableError(
                 f"{self.model_ref!r} is a plain decoder without a latent-attention block; pass "
                 "--adapter <folder trained by nv_embed_train>, a released NV-Embed model, or "
                 "pooling=mean"
             )
-        if self.pooling == "mean":
-            latent = None
-        return decoder.to(self.device).eval(), latent.to(self.device).eval() if latent else None
+        self._decoder = decoder.to(self.device).eval()
+        # pooling "mean" leaves the block out
+        self._latent = latent.to(self.device).eval() if latent and pooling == "latent" else None
+        self.tokenizer = load_nv_tokenizer(base, adapter_dir)
+        self.dim = int(self._decoder.config.hidden_size)
+        self.max_tokens: int | None = self._content_budget()
 
     @staticmethod
     def _pick(value: str | None, settings: dict[str, Any], key: str, default: str) -> str:
