@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from docsearch.errors import UnknownEncoderError
+from docsearch.errors import UnknownEncoderError, UsageError
 
 
 @runtime_checkable
@@ -195,6 +195,13 @@ def spec_of(encoder: Any, options: dict[str, Any]) -> dict[str, Any]:
         "dim": encoder.dim,
         "max_tokens": encoder.max_tokens,
     }
+
+
+def one_of(option: str, value: str, allowed: Sequence[str]) -> str:
+    """`value` when it is one of `allowed`, else a `UsageError` that lists them."""
+    if value not in allowed:
+        raise UsageError(f"unknown {option} {value!r}; use one of: {', '.join(allowed)}")
+    return value
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from docsearch.defaults import DEFAULT_TOKEN_BUDGET
-from docsearch.encoders.base import HFEncoder, hf_token_spans
+from docsearch.encoders.base import HFEncoder, hf_token_spans, one_of
 from docsearch.encoders.batching import token_batches
 from docsearch.encoders.device import choose
 from docsearch.encoders.weights import resolve_model
@@ -52,12 +52,6 @@ def load_decoder(
         str(folder), dtype=dtype, attn_implementation=attn_implementation
     )
     return model.to(device).eval(), tokenizer, folder
-
-
-def model_window(config: Any) -> int | None:
-    """The longest sequence the model was trained for, when its config says."""
-    value = getattr(config, "max_position_embeddings", None)
-    return int(value) if value else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,8 +196,8 @@ class DecoderEncoder(HFEncoder):
         self.model_ref = model
         self.query_template = check_template(query_template or self.query_template_default)
         self.document_template = check_template(document_template or self.document_template_default)
-        self.pooling = _choice("pooling", pooling or self.pooling_default, POOLINGS)
-        self.pool_span = _choice("pool_span", pool_span or self.pool_span_default, POOL_SPANS)
+        self.pooling = one_of("pooling", pooling or self.pooling_default, POOLINGS)
+        self.pool_span = one_of("pool_span", pool_span or self.pool_span_default, POOL_SPANS)
         self.device, self.torch_dtype, impl = choose(
             device, dtype, attn, allow_flash=self.allow_flash
         )
@@ -222,7 +216,7 @@ class DecoderEncoder(HFEncoder):
     def _content_budget(self, cap: int | None) -> int:
         """Content tokens per input: what fits in the model's window next to the longer template
         (per copy of the text), at most `cap` or DEFAULT_MAX_TOKENS."""
-        window = model_window(self.model.config) or DEFAULT_MAX_TOKENS
+        window = int(getattr(self.model.config, "max_position_embeddings", 0) or DEFAULT_MAX_TOKENS)
         fits = []
         for template in (self.query_template, self.document_template):
             overhead = len(tokenize(self.tokenizer, template, "").ids)
@@ -257,9 +251,3 @@ class DecoderEncoder(HFEncoder):
     def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Final-layer hidden states (batch, seq, dim), after the model's final norm."""
         return self.model(**inputs).last_hidden_state
-
-
-def _choice(option: str, value: str, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise UsageError(f"unknown {option} {value!r}; use one of: {', '.join(allowed)}")
-    return value

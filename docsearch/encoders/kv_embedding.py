@@ -29,7 +29,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from docsearch.encoders.base import register
+from docsearch.encoders.base import one_of, register
 from docsearch.encoders.decoder_common import DecoderEncoder, load_decoder
 from docsearch.encoders.device import resolve_dtype
 from docsearch.encoders.intrinsic_dim import calibrate
@@ -281,9 +281,7 @@ class KVEmbeddingEncoder(DecoderEncoder):
         **options: Any,
     ) -> None:
         super().__init__(model, **options)
-        if rope not in ROPE_MODES:
-            raise UsageError(f"unknown rope mode {rope!r}; use one of: {', '.join(ROPE_MODES)}")
-        self.rope = rope
+        self.rope = one_of("rope mode", rope, ROPE_MODES)
         self.bias = float(bias)
         self.layers = self._layers(layers)
 

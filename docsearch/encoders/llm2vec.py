@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
-from docsearch.encoders.base import HFEncoder, hf_count_tokens, register
+from docsearch.encoders.base import HFEncoder, hf_count_tokens, one_of, register
 from docsearch.encoders.batching import longest_first
 from docsearch.encoders.device import choose
 from docsearch.encoders.weights import resolve_model
@@ -419,13 +419,6 @@ def build_inputs(
     }
 
 
-def normalise_pooling(mode: str) -> str:
-    mode = POOLING_ALIASES.get(mode, mode)
-    if mode not in POOLING_MODES:
-        raise UsageError(f"unknown pooling {mode!r}; choose one of {', '.join(POOLING_MODES)}")
-    return mode
-
-
 def pool(
     hidden: torch.Tensor,
     embed_mask: torch.Tensor,
@@ -511,7 +504,8 @@ class LLM2VecEncoder(HFEncoder):
         settings = read_settings([first, *stack])
         self.model_ref, self.adapter = model, adapter
         self.dtype = str(self.torch_dtype).removeprefix("torch.")
-        self.pooling = normalise_pooling(pooling or settings.get("pooling_mode", "mean"))
+        mode = pooling or settings.get("pooling_mode", "mean")
+        self.pooling = one_of("pooling", POOLING_ALIASES.get(mode, mode), POOLING_MODES)
         self.max_length = int(max_length or settings.get("max_length", 512))
         self.doc_max_length = int(doc_max_length or settings.get("doc_max_length", 400))
         self.skip_instruction = bool(

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from docsearch.encoders.base import HFEncoder, register
+from docsearch.encoders.base import HFEncoder, one_of, register
 from docsearch.encoders.batching import longest_first
 from docsearch.encoders.decoder_common import masked_mean
 from docsearch.encoders.device import choose
@@ -565,8 +565,7 @@ class NVEmbedEncoder(HFEncoder):
         attn_implementation: str | None = None,
     ) -> None:
         where, self.torch_dtype, attn = choose(device, dtype, attn_implementation)
-        if pooling not in POOLINGS:
-            raise UsageError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        one_of("pooling", pooling, POOLINGS)
         self.model_ref, base, adapter_dir = resolve_layers(model, adapter)
         settings = read_json(adapter_dir / ADAPTER_CONFIG_FILE) if adapter_dir else {}
         self.adapter, self.pooling = adapter, pooling
