@@ -378,12 +378,8 @@ class BlockdiagLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(nblocks, d_out // nblocks, d_in // nblocks))
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
 
-    def blocks(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Per-block outputs without the bias (see `blockdiag_blocks`)."""
-        return blockdiag_blocks(x, self.weight)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.cat(self.blocks(x), dim=-1)
+        out = blockdiag_matmul(x, self.weight)
         return out + self.bias if self.bias is not None else out
 
 
@@ -410,7 +406,7 @@ class GatedMonarchMLP(nn.Module):
         return torch.cat([self._forward_rows(r) for r in rows], dim=1)
 
     def _forward_rows(self, x: torch.Tensor) -> torch.Tensor:
-        blocks = self.gated_layers.blocks(x)  # nblocks x (B, L, 2I/nblocks)
+        blocks = blockdiag_blocks(x, self.gated_layers.weight)  # nblocks x (B, L, 2I/nblocks)
         half = len(blocks) // 2
         if len(blocks) % 2 == 0:
             parts = [F.gelu(a) * b for a, b in zip(blocks[:half], blocks[half:], strict=True)]
