@@ -267,7 +267,6 @@ class KVEmbeddingEncoder(DecoderEncoder):
     query_template_default = "Query: {text}\nCompress the Query in one word:"
     document_template_default = "Context: {text}\nCompress the Context in one word:"
     pooling_default = "mean+last"
-    pool_span_default = "all"
     allow_flash = False  # the prefix bias is added to the scores, which flash kernels cannot take
     kernel_names = {"sdpa": "kv_sdpa", "eager": "kv_eager"}
 
@@ -307,8 +306,7 @@ class KVEmbeddingEncoder(DecoderEncoder):
         return Reroute(frozenset(self.layers), self.bias, shifts)
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = self.model(**inputs, reroute=self.reroute(inputs))
-        return out.last_hidden_state
+        return self.model(**inputs, reroute=self.reroute(inputs)).last_hidden_state
 
     def vector_options(self) -> dict[str, Any]:
         return {
