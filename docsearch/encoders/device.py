@@ -8,14 +8,10 @@ runs it natively (GPUs with bf16; CPUs with AVX512-BF16, AMX or Arm BF16), fp32 
 `flash-attn` package (the `gpu` extra) are all present and the dtype is 16-bit, SDPA otherwise
 (`auto_attention` is that decision, from its inputs); encoders that add a bias to attention scores
 (KV-Embedding) pass `allow_flash=False` and keep SDPA. `require` checks what a user asked for
-before any model is loaded, so the CLI can fail in one line.
+before any model is loaded, so the CLI can fail in one line. Encoders with attention call
+`choose(device, dtype, attn)` for all three; M2-BERT (no attention) the first two.
 
-An encoder with attention adopts this with one call in its constructor (M2-BERT, which has no
-attention, calls `resolve_device` and `resolve_dtype`):
-    self.device, self.torch_dtype, attn = choose(device, dtype, attn)
-
-Not here: batching under a token budget (`batching.py`), model loading, multi-GPU placement (one
-encoder per GPU: the Ray engine gives each actor its own GPU).
+Not here: batching, model loading, multi-GPU placement (the Ray engine gives each actor a GPU).
 torch is imported inside the functions so that the CLI can import this module cheaply.
 """
 

@@ -1,23 +1,19 @@
 """LLM2Vec: a decoder LLM turned into a bidirectional text encoder (BehnamGhader et al., 2024).
 
-What this module holds, top to bottom:
-1. The bidirectional decoder, shared with NV-Embed: `make_bidirectional`, `padding_only_mask`,
-   `bidirectional_hidden_states`, `load_decoder`; `causal_padding_masks` for the causal mode. Llama, Mistral, Qwen2, Qwen3 and Gemma3 (text)
-   from current transformers, with every token attending to every non-pad token: no causal part,
-   no sliding window (as LLM2Vec and NV-Embed compute it, whatever `sliding_window` says).
-2. Adapters: the LoRA layering of the released checkpoints (base, then the MNTP LoRA merged, then
-   a SimCSE or supervised LoRA) loaded and merged with peft, and the folder layout our own
-   training writes (`save_adapter`).
-3. LLM2Vec's input semantics: `[instruction, text]` pairs, the text cut word-wise to
-   `doc_max_length`, left padding, an `embed_mask` over the last n tokens (the text part), and the
-   pooling modes mean / weighted_mean / eos_token / last_token / bos_token.
+Top to bottom:
+1. The bidirectional decoder, shared with NV-Embed (Llama, Mistral, Qwen2, Qwen3, Gemma3 text):
+   every token attends to every non-pad token, with no sliding window, as LLM2Vec and NV-Embed
+   compute it whatever `sliding_window` says; and the masks of the causal mode.
+2. Adapters: the released LoRA layering (base, then the MNTP LoRA merged, then a SimCSE or
+   supervised LoRA), merged with peft, and the folder layout our training writes.
+3. LLM2Vec's inputs (`[instruction, text]` pairs, the text cut word-wise to `doc_max_length`,
+   left padding, an `embed_mask` over the text's last n tokens) and its five pooling modes.
 4. The `llm2vec` encoder.
 
-Deliberate differences from the reference package (llm2vec 0.2.3): its Qwen2 model is still causal
-(a bug; we are bidirectional for every family, `bidirectional=False` reproduces its Qwen2 numbers),
-and the chat wrappers it adds for a few hard-coded `_name_or_path` values are not applied (they do
-not fire when a checkpoint is loaded from a Hub id either). Not here: training (see
-`docsearch.training.mntp` and `docsearch.training.simcse`).
+Deliberate differences from llm2vec 0.2.3: its Qwen2 model is still causal (a bug; we are
+bidirectional for every family, `bidirectional=False` reproduces its Qwen2 numbers), and the chat
+wrappers it adds for a few hard-coded `_name_or_path` values are not applied (they do not fire for
+Hub ids either). Not here: training (`docsearch.training.mntp`, `docsearch.training.simcse`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """NV-Embed: a bidirectional decoder pooled by latent attention (Lee et al., ICLR 2025).
 
-What this module holds, top to bottom:
-1. Licence and instructions: the released checkpoints (`nvidia/NV-Embed-v1`, `-v2`) are
-   CC-BY-NC-4.0 (`LICENCE`, `RELEASED_MODELS`, `licence_for`); queries carry
+Top to bottom:
+1. Licence and instructions: the released checkpoints are CC-BY-NC-4.0; queries carry
    `Instruct: {task}\\nQuery: `, passages nothing (the model card's retrieval setting).
 2. The latent-attention block: the decoder's hidden states are the queries, trainable latents
    (512 in the release) the keys and values, 8 heads, then a GEGLU MLP, each with a residual,
@@ -11,10 +10,9 @@ What this module holds, top to bottom:
    and the pool mask: the attention mask with its first `len(tokenizer.tokenize(instruction))`
    positions zeroed. That count leaves out the BOS, which takes one of the zeroed slots; the
    rule is applied literally, as the reference (and the candle port) does.
-4. Loading: a released folder or Hub id by its state-dict prefixes (`embedding_model.*`: the
-   decoder, `latent_attention_model.*`: the block), strictly, into our own modules; the
-   decoder is the bidirectional one of `docsearch.encoders.llm2vec`. Or a base decoder plus an
-   adapter folder written by `docsearch.training.nv_embed_train` (a LoRA and a latent block).
+4. Loading: a released folder or Hub id by its state-dict prefixes (`embedding_model.*`,
+   `latent_attention_model.*`), strictly, into our own modules (the decoder is llm2vec's
+   bidirectional one); or a base decoder plus an adapter folder from `nv_embed_train`.
 5. The `nv-embed` encoder.
 
 Not here: training (`docsearch.training.nv_embed_train`); fp16 autocast (the reference's GPU
