@@ -29,7 +29,8 @@ class Encoder(Protocol):
 
     `max_tokens` is the most content tokens (as `count_tokens` counts them, without the special
     tokens and prompts the encoder adds itself) that one document input can hold faithfully; None
-    means unbounded. Query and document prompts live inside the encoder, never in callers.
+    means unbounded. Query and document prompts live inside the encoder, never in callers. Both
+    encode methods return (n, dim) float32 rows of unit norm.
     """
 
     name: str
@@ -42,11 +43,9 @@ class Encoder(Protocol):
         """Character span of each content token of `text`, in order (used for exact splits)."""
         ...
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...  # (n, dim) float32, unit norm
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...
 
-    def encode_documents(
-        self, texts: Sequence[str]
-    ) -> np.ndarray: ...  # (n, dim) float32, unit norm
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 
     def spec(self) -> dict[str, Any]:
         """`{"encoder": name, "options": {...}, "dim": ..., "max_tokens": ...}`.
