@@ -543,26 +543,13 @@ class LLM2VecEncoder(HFEncoder):
 
     def embed_batch(self, pairs: Sequence[tuple[str, str]]) -> torch.Tensor:
         """Pooled vectors for one batch, with gradients if enabled (used by training)."""
-        batch = build_inputs(
-            self.tokenizer,
-            pairs,
-            max_length=self.max_length,
-            doc_max_length=self.doc_max_length,
-            append_eos=self.pooling == "eos_token",
-        )
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        hidden = bidirectional_hidden_states(
-            self._model, batch["input_ids"], batch["attention_mask"], causal=not self.bidirectional
-        )
-        keep = batch["embed_mask"] if self.skip_instruction else batch["attention_mask"]
-        return pool(
-            hidden,
-            keep,
-            batch["attention_mask"],
-            batch["input_ids"],
-            self.pooling,
-            self.tokenizer.bos_token_id,
-        )
+        lengths = {"max_length": self.max_length, "doc_max_length": self.doc_max_length}
+        eos = self.pooling == "eos_token"
+        inputs = build_inputs(self.tokenizer, pairs, **lengths, append_eos=eos)
+        ids, mask = inputs["input_ids"].to(self.device), inputs["attention_mask"].to(self.device)
+        hidden = bidirectional_hidden_states(self._model, ids, mask, causal=not self.bidirectional)
+        keep = inputs["embed_mask"].to(self.device) if self.skip_instruction else mask
+        return pool(hidden, keep, mask, ids, self.pooling, self.tokenizer.bos_token_id)
 
     def _instruction(self, side: str) -> str:
         return self.query_instruction if side == "query" else self.document_instruction
