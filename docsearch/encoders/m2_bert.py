@@ -749,10 +749,8 @@ class M2BertEncoder(HFEncoder):
         torch_dtype = resolve_dtype(str(self.device), dtype)
         # A local folder is recorded as an absolute path: the spec must rebuild the encoder from
         # any working directory (`docsearch search` run elsewhere than `docsearch index`).
-        self.model_ref, self.tokenizer_ref = (
-            _absolute_if_folder(model),
-            tokenizer and _absolute_if_folder(tokenizer),
-        )
+        self.model_ref = _absolute_if_folder(model)
+        self.tokenizer_ref = tokenizer and _absolute_if_folder(tokenizer)
         self.padding, self.dtype_name = padding, str(torch_dtype).removeprefix("torch.")
         folder = resolve_model(model)
         self._model = load_model(folder, torch_dtype, self.device)

@@ -18,7 +18,7 @@ import numpy as np
 from docsearch.encoders.base import HFEncoder, hf_count_tokens, register
 from docsearch.encoders.batching import longest_first
 from docsearch.encoders.device import resolve_device
-from docsearch.encoders.weights import resolve_model, split_revision
+from docsearch.encoders.weights import resolve_model
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -46,8 +46,6 @@ class SentenceTransformerEncoder(HFEncoder):
         self.adapter = adapter
         self.max_tokens_cap = max_tokens
         folder = resolve_model(adapter or model)
-        _, revision = split_revision(model)
-        self.revision = revision
         # Like every family: a visible GPU unless told otherwise (an explicit device is checked).
         self.device = resolve_device(device)
         self._model = SentenceTransformer(str(folder), device=self.device)
