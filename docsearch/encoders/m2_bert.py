@@ -563,9 +563,7 @@ def _fill_freq_aliases(state: dict[str, torch.Tensor], model_keys: set[str]) -> 
     return filled
 
 
-def load_released_state_dict(
-    model: M2BertModel, state: dict[str, torch.Tensor], strict: bool = True
-) -> LoadReport:
+def load_released_state_dict(model: M2BertModel, state: dict[str, torch.Tensor]) -> LoadReport:
     """Load a checkpoint with the released key names into `model` (rules of notes 1.4)."""
     model_keys = set(model.state_dict())
     mapped: dict[str, torch.Tensor] = {}
@@ -582,7 +580,7 @@ def load_released_state_dict(
         filled.append("embeddings.position_ids")
     missing = sorted(model_keys - mapped.keys())
     unexpected = sorted(mapped.keys() - model_keys)
-    if strict and (missing or unexpected):
+    if missing or unexpected:
         raise EncoderUnavailableError(
             "the checkpoint does not match its config.json: "
             f"{len(missing)} missing keys {missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}"
