@@ -333,11 +333,10 @@ def declared_generic_tokenizer(folder: Path) -> bool:
 
 def load_tokenizer(folder: Path) -> Any:
     """The model's tokenizer with LLM2Vec's settings: pad = EOS, left padding."""
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    if declared_generic_tokenizer(folder):
-        # transformers 5 swaps in its own class for some model types (Qwen2); a folder that
-        # declares the generic class means "use tokenizer.json as it is".
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    # transformers 5 swaps in its own class for some model types (Qwen2); a folder that declares
+    # the generic class means "use tokenizer.json as it is".
+    generic = declared_generic_tokenizer(folder)
+    tokenizer = (PreTrainedTokenizerFast if generic else AutoTokenizer).from_pretrained(str(folder))
     if tokenizer.eos_token is None:
         raise EncoderUnavailableError(f"the tokenizer in {str(folder)!r} has no EOS token")
     tokenizer.pad_token = tokenizer.eos_token
