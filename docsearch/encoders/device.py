@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from docsearch.errors import EncoderUnavailableError, UsageError
 
@@ -202,8 +202,7 @@ def resolve_dtype(device: str, requested: str | None = None) -> torch.dtype:
         raise UsageError(
             f"unknown dtype {requested!r}; use auto, bfloat16, float16, float32 or float64"
         )
-    dtype: torch.dtype = getattr(torch, name)
-    return dtype
+    return cast(torch.dtype, getattr(torch, name))
 
 
 def auto_attention(

@@ -162,8 +162,7 @@ def bidirectional_hidden_states(
     out = model(
         input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
     )
-    hidden: torch.Tensor = out.last_hidden_state
-    return hidden  # (batch, seq, hidden)
+    return cast(torch.Tensor, out.last_hidden_state)  # (batch, seq, hidden)
 
 
 def load_decoder(
@@ -246,8 +245,7 @@ def merge_adapter(model: PreTrainedModel, folder: Path) -> PreTrainedModel:
     """Apply a saved LoRA to `model` and merge it into the weights: W <- W + (alpha/r) B A."""
     from peft import PeftModel
 
-    merged: PreTrainedModel = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-    return merged
+    return cast(PreTrainedModel, PeftModel.from_pretrained(model, str(folder)).merge_and_unload())
 
 
 def resolve_layers(model: str, adapter: str | None) -> tuple[Path, Path, list[Path]]:
@@ -458,8 +456,7 @@ def read_settings(folders: Sequence[Path]) -> dict[str, Any]:
     """`llm2vec_config.json` of the last folder that has one (pooling, lengths, skip_instruction)."""
     for folder in reversed(folders):
         if (folder / LLM2VEC_CONFIG).exists():
-            settings: dict[str, Any] = json.loads((folder / LLM2VEC_CONFIG).read_text())
-            return settings
+            return cast(dict[str, Any], json.loads((folder / LLM2VEC_CONFIG).read_text()))
     return {}
 
 

@@ -304,8 +304,7 @@ def embed_batch(
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    return cast(dict[str, Any], json.loads(path.read_text(encoding="utf-8")))
 
 
 def is_released_layout(folder: Path) -> bool:
