@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from docsearch.errors import UnknownEncoderError, UsageError
+from docsearch.errors import EncoderUnavailableError, UnknownEncoderError, UsageError
 
 
 @runtime_checkable
@@ -201,6 +201,16 @@ def one_of(option: str, value: str, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise UsageError(f"unknown {option} {value!r}; use one of: {', '.join(allowed)}")
     return value
+
+
+def check_keys(found: set[str], expected: set[str], what: str = "checkpoint") -> None:
+    """Strict loading: a checkpoint's tensor names must be exactly the module's."""
+    missing, unexpected = sorted(expected - found), sorted(found - expected)
+    if missing or unexpected:
+        raise EncoderUnavailableError(
+            f"the {what} does not match its config.json: {len(missing)} missing keys "
+            f"{missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}"
+        )
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:

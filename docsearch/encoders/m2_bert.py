@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from docsearch.encoders.base import HFEncoder, register
+from docsearch.encoders.base import HFEncoder, check_keys, register
 from docsearch.encoders.device import resolve_device, resolve_dtype
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
@@ -492,10 +492,9 @@ class M2BertModel(nn.Module):
 
 @dataclass
 class LoadReport:
-    """What `load_released_state_dict` did with the checkpoint's keys (original names)."""
+    """What `load_released_state_dict` did with the checkpoint's keys (original names); a
+    missing or unexpected key is an error."""
 
-    missing: list[str]
-    unexpected: list[str]
     dropped: list[str]  # flashfft buffers, classifier / MLM head
     filled: list[str]  # freq aliases and position_ids the checkpoint did not carry
 
@@ -578,20 +577,14 @@ def load_released_state_dict(model: M2BertModel, state: dict[str, torch.Tensor])
     if "embeddings.position_ids" not in mapped:  # newer exports drop this constant buffer
         mapped["embeddings.position_ids"] = model.embeddings.position_ids.clone()
         filled.append("embeddings.position_ids")
-    missing = sorted(model_keys - mapped.keys())
-    unexpected = sorted(mapped.keys() - model_keys)
-    if missing or unexpected:
-        raise EncoderUnavailableError(
-            "the checkpoint does not match its config.json: "
-            f"{len(missing)} missing keys {missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}"
-        )
+    check_keys(set(mapped), model_keys)
     try:
-        model.load_state_dict({k: v for k, v in mapped.items() if k in model_keys}, strict=False)
+        model.load_state_dict(mapped)
     except RuntimeError as exc:  # shape mismatches
         raise EncoderUnavailableError(
             f"the checkpoint does not match its config.json: {exc}"
         ) from exc
-    return LoadReport(missing, unexpected, sorted(dropped), sorted(filled))
+    return LoadReport(sorted(dropped), sorted(filled))
 
 
 def read_config(folder: Path) -> M2Config:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from docsearch.encoders.base import HFEncoder, one_of, register
+from docsearch.encoders.base import HFEncoder, check_keys, one_of, register
 from docsearch.encoders.batching import longest_first
 from docsearch.encoders.decoder_common import masked_mean
 from docsearch.encoders.device import choose
@@ -353,16 +353,6 @@ def strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch
     return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
-def check_keys(found: set[str], expected: set[str], what: str) -> None:
-    """Strict loading: the checkpoint's names must be exactly the module's."""
-    missing, unexpected = sorted(expected - found), sorted(found - expected)
-    if missing or unexpected:
-        raise EncoderUnavailableError(
-            f"the checkpoint's {what} does not match its config.json: {len(missing)} missing "
-            f"{missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}"
-        )
-
-
 def expected_decoder_keys(config: Any) -> set[str]:
     """State-dict names of the decoder `config` describes (built on the meta device: free)."""
     from transformers import AutoModel
@@ -390,7 +380,7 @@ def build_latent(
     """The latent block with `state` loaded strictly (no random init: built on meta, assigned)."""
     with torch.device("meta"):
         block = LatentAttentionModel(config)
-    check_keys(set(state), set(block.state_dict()), "latent_attention_model.*")
+    check_keys(set(state), set(block.state_dict()), "checkpoint's latent_attention_model.*")
     try:
         block.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:  # shape mismatch
@@ -426,7 +416,9 @@ def load_released(
             f"latent_attention_model.* (e.g. {stray[0]!r}); is it an NV-Embed checkpoint?"
         )
     decoder_state = strip_prefix(state, DECODER_PREFIX)
-    check_keys(set(decoder_state), expected_decoder_keys(text_config), "embedding_model.*")
+    check_keys(
+        set(decoder_state), expected_decoder_keys(text_config), "checkpoint's embedding_model.*"
+    )
     decoder = build_decoder(text_config, decoder_state, dtype, attn_implementation)
     latent = build_latent(latent_config, strip_prefix(state, LATENT_PREFIX), dtype)
     return decoder, latent
