@@ -20,9 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from docsearch.errors import UnknownEncoderError
-
-SPEC_VERSION = 1
+from docsearch.errors import EncoderUnavailableError, UnknownEncoderError, UsageError
 
 
 @runtime_checkable
@@ -31,7 +29,8 @@ class Encoder(Protocol):
 
     `max_tokens` is the most content tokens (as `count_tokens` counts them, without the special
     tokens and prompts the encoder adds itself) that one document input can hold faithfully; None
-    means unbounded. Query and document prompts live inside the encoder, never in callers.
+    means unbounded. Query and document prompts live inside the encoder, never in callers. Both
+    encode methods return (n, dim) float32 rows of unit norm.
     """
 
     name: str
@@ -44,11 +43,9 @@ class Encoder(Protocol):
         """Character span of each content token of `text`, in order (used for exact splits)."""
         ...
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...  # (n, dim) float32, unit norm
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...
 
-    def encode_documents(
-        self, texts: Sequence[str]
-    ) -> np.ndarray: ...  # (n, dim) float32, unit norm
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 
     def spec(self) -> dict[str, Any]:
         """`{"encoder": name, "options": {...}, "dim": ..., "max_tokens": ...}`.
@@ -146,6 +143,48 @@ def describe(spec: dict[str, Any]) -> str:
 # Helpers shared by encoder families
 
 
+class HFEncoder:
+    """The `Encoder` methods the built-in families share: token counts and spans from their
+    Hugging Face `tokenizer`, both sides through `_vectors(texts, side)`, `spec()` from
+    `vector_options()`.
+
+    A family sets `name`, `dim`, `max_tokens` and `tokenizer`, and implements `_vectors` (side is
+    "query" or "document"; (n, dim) vectors, not yet normalised; never called with no texts) and
+    `vector_options` (what changes the vectors; see `spec_of`).
+    """
+
+    name: str
+    dim: int
+    max_tokens: int | None
+    tokenizer: Any
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return hf_count_tokens(self.tokenizer, texts)
+
+    def token_spans(self, text: str) -> list[tuple[int, int]]:
+        return hf_token_spans(self.tokenizer, text)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, "query")
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, "document")
+
+    def spec(self) -> dict[str, Any]:
+        return spec_of(self, self.vector_options())
+
+    def _encode(self, texts: Sequence[str], side: str) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return l2_normalize(self._vectors(texts, side))
+
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def vector_options(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
 def spec_of(encoder: Any, options: dict[str, Any]) -> dict[str, Any]:
     """`encoder`'s spec from the options that change its vectors; None-valued ones are unset
     (left out, so the spec reads as the family's default and matches older specs)."""
@@ -155,6 +194,23 @@ def spec_of(encoder: Any, options: dict[str, Any]) -> dict[str, Any]:
         "dim": encoder.dim,
         "max_tokens": encoder.max_tokens,
     }
+
+
+def one_of(option: str, value: str, allowed: Sequence[str]) -> str:
+    """`value` when it is one of `allowed`, else a `UsageError` that lists them."""
+    if value not in allowed:
+        raise UsageError(f"unknown {option} {value!r}; use one of: {', '.join(allowed)}")
+    return value
+
+
+def check_keys(found: set[str], expected: set[str], what: str = "checkpoint") -> None:
+    """Strict loading: a checkpoint's tensor names must be exactly the module's."""
+    missing, unexpected = sorted(expected - found), sorted(found - expected)
+    if missing or unexpected:
+        raise EncoderUnavailableError(
+            f"the {what} does not match its config.json: {len(missing)} missing keys "
+            f"{missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}"
+        )
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Batches under a padded-token budget: the one batcher of the indexer and the decoder encoders.
+"""Batches under a padded-token budget (the indexer, the decoder encoders) or of fixed size.
 
 Torch-free, so the indexer imports it at module level. Not here: padding the batches (each
 family pads its own way) and M2-BERT's grouping by padded length (its vectors depend on the
@@ -24,3 +24,12 @@ def token_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
         else:
             batches.append([i])
     return batches
+
+
+def longest_first(lengths: Sequence[int], size: int) -> list[list[int]]:
+    """Indices in batches of `size` rows, longest first, so that each batch pads little.
+
+    `longest_first([3, 9, 4], 2) -> [[1, 2], [0]]`.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[start : start + size] for start in range(0, len(order), size)]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from docsearch.defaults import DEFAULT_TOKEN_BUDGET
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, spec_of
+from docsearch.encoders.base import HFEncoder, hf_token_spans, one_of
 from docsearch.encoders.batching import token_batches
 from docsearch.encoders.device import choose
 from docsearch.encoders.weights import resolve_model
@@ -52,12 +52,6 @@ def load_decoder(
         str(folder), dtype=dtype, attn_implementation=attn_implementation
     )
     return model.to(device).eval(), tokenizer, folder
-
-
-def model_window(config: Any) -> int | None:
-    """The longest sequence the model was trained for, when its config says."""
-    value = getattr(config, "max_position_embeddings", None)
-    return int(value) if value else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,6 +140,13 @@ def span_mask(items: Sequence[Tokenized], width: int, pool_span: str) -> torch.T
     return mask
 
 
+def masked_mean(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of (batch, seq, dim) rows over the positions where `mask` (batch, seq) is non-zero,
+    weighted by it; a row with an empty mask gives zeros (NV-Embed's reference divides by zero)."""
+    weights = mask.to(tokens.device, tokens.dtype).unsqueeze(-1)  # (batch, seq, 1)
+    return (tokens * weights).sum(1) / weights.sum(1).clamp(min=1.0)  # (batch, dim)
+
+
 def pool(hidden: torch.Tensor, weights: torch.Tensor, pooling: str) -> torch.Tensor:
     """Pool (batch, seq, dim) states: mean under `weights` (batch, seq), the last token, or their
     average. The last token is the final column because rows are left-padded."""
@@ -153,8 +154,7 @@ def pool(hidden: torch.Tensor, weights: torch.Tensor, pooling: str) -> torch.Ten
     last = hidden[:, -1]  # (batch, dim)
     if pooling == "last":
         return last
-    w = weights.to(hidden.device).unsqueeze(-1)  # (batch, seq, 1)
-    mean = (hidden * w).sum(1) / w.sum(1).clamp(min=1.0)  # (batch, dim)
+    mean = masked_mean(hidden, weights)
     return mean if pooling == "mean" else 0.5 * (mean + last)
 
 
@@ -162,7 +162,7 @@ def pool(hidden: torch.Tensor, weights: torch.Tensor, pooling: str) -> torch.Ten
 # The encoder skeleton
 
 
-class DecoderEncoder:
+class DecoderEncoder(HFEncoder):
     """A frozen decoder LLM read out by pooling its final hidden state under a prompt template.
 
     Subclasses set `name`, the default templates and pooling, and may override `_forward` (the
@@ -172,8 +172,6 @@ class DecoderEncoder:
     """
 
     name = "decoder"
-    dim: int
-    max_tokens: int | None
     query_template_default = "{text}"
     document_template_default = "{text}"
     pooling_default = "mean"
@@ -198,8 +196,8 @@ class DecoderEncoder:
         self.model_ref = model
         self.query_template = check_template(query_template or self.query_template_default)
         self.document_template = check_template(document_template or self.document_template_default)
-        self.pooling = _choice("pooling", pooling or self.pooling_default, POOLINGS)
-        self.pool_span = _choice("pool_span", pool_span or self.pool_span_default, POOL_SPANS)
+        self.pooling = one_of("pooling", pooling or self.pooling_default, POOLINGS)
+        self.pool_span = one_of("pool_span", pool_span or self.pool_span_default, POOL_SPANS)
         self.device, self.torch_dtype, impl = choose(
             device, dtype, attn, allow_flash=self.allow_flash
         )
@@ -218,29 +216,12 @@ class DecoderEncoder:
     def _content_budget(self, cap: int | None) -> int:
         """Content tokens per input: what fits in the model's window next to the longer template
         (per copy of the text), at most `cap` or DEFAULT_MAX_TOKENS."""
-        window = model_window(self.model.config) or DEFAULT_MAX_TOKENS
+        window = int(getattr(self.model.config, "max_position_embeddings", 0) or DEFAULT_MAX_TOKENS)
         fits = []
         for template in (self.query_template, self.document_template):
             overhead = len(tokenize(self.tokenizer, template, "").ids)
             fits.append((window - overhead) // template.count("{text}"))
         return max(1, min(cap or DEFAULT_MAX_TOKENS, *fits))
-
-    # Encoder protocol ---------------------------------------------------------------------
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self.tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self.tokenizer, text)
-
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode(texts, self.query_template)
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode(texts, self.document_template)
-
-    def spec(self) -> dict[str, Any]:
-        return spec_of(self, self.vector_options())
 
     def vector_options(self) -> dict[str, Any]:
         """Every option that changes the vectors, explicit so a later default change is harmless."""
@@ -253,15 +234,10 @@ class DecoderEncoder:
             "max_tokens": self.max_tokens_cap or None,
         }
 
-    # Encoding -----------------------------------------------------------------------------
-
-    def tokenize(self, texts: Sequence[str], template: str) -> list[Tokenized]:
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        template = self.query_template if side == "query" else self.document_template
         tok = self.tokenizer
-        return [tokenize(tok, template, truncate(tok, t, self.max_tokens)) for t in texts]
-
-    def encode(self, texts: Sequence[str], template: str) -> np.ndarray:
-        """Unit-norm float32 embeddings of `texts` under `template`, (n, dim)."""
-        items = self.tokenize(texts, template)
+        items = [tokenize(tok, template, truncate(tok, t, self.max_tokens)) for t in texts]
         out = np.zeros((len(items), self.dim), dtype=np.float32)
         for batch in token_batches([len(it.ids) for it in items], self.token_budget):
             rows = [items[i] for i in batch]
@@ -270,14 +246,8 @@ class DecoderEncoder:
             with torch.inference_mode():
                 hidden = self._forward({k: v.to(self.device) for k, v in inputs.items()})
                 out[batch] = pool(hidden, weights, self.pooling).cpu().numpy()
-        return l2_normalize(out)
+        return out
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Final-layer hidden states (batch, seq, dim), after the model's final norm."""
         return self.model(**inputs).last_hidden_state
-
-
-def _choice(option: str, value: str, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise UsageError(f"unknown {option} {value!r}; use one of: {', '.join(allowed)}")
-    return value

@@ -8,14 +8,10 @@ runs it natively (GPUs with bf16; CPUs with AVX512-BF16, AMX or Arm BF16), fp32 
 `flash-attn` package (the `gpu` extra) are all present and the dtype is 16-bit, SDPA otherwise
 (`auto_attention` is that decision, from its inputs); encoders that add a bias to attention scores
 (KV-Embedding) pass `allow_flash=False` and keep SDPA. `require` checks what a user asked for
-before any model is loaded, so the CLI can fail in one line.
+before any model is loaded, so the CLI can fail in one line. Encoders with attention call
+`choose(device, dtype, attn)` for all three; M2-BERT (no attention) the first two.
 
-An encoder with attention adopts this with one call in its constructor (M2-BERT, which has no
-attention, calls `resolve_device` and `resolve_dtype`):
-    self.device, self.torch_dtype, attn = choose(device, dtype, attn)
-
-Not here: batching under a token budget (`batching.py`), model loading, multi-GPU placement (one
-encoder per GPU: the Ray engine gives each actor its own GPU).
+Not here: batching, model loading, multi-GPU placement (the Ray engine gives each actor a GPU).
 torch is imported inside the functions so that the CLI can import this module cheaply.
 """
 
@@ -24,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from docsearch.errors import EncoderUnavailableError, UsageError
 
@@ -33,25 +29,14 @@ if TYPE_CHECKING:
 
 FLASH_ATTENTION = "flash_attention_2"  # transformers' attn_implementation name
 ATTENTION_NAMES = {
-    "auto": "auto",
-    "sdpa": "sdpa",
-    "eager": "eager",
-    "flash": FLASH_ATTENTION,
-    "flash-attn": FLASH_ATTENTION,
-    "flash_attn": FLASH_ATTENTION,
-    "flash_attention_2": FLASH_ATTENTION,
+    **{name: name for name in ("auto", "sdpa", "eager")},
+    **dict.fromkeys(("flash", "flash-attn", "flash_attn", FLASH_ATTENTION), FLASH_ATTENTION),
 }
 DTYPE_ALIASES = {
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "fp16": "float16",
-    "half": "float16",
-    "float16": "float16",
-    "fp32": "float32",
-    "float": "float32",
-    "float32": "float32",
-    "fp64": "float64",
-    "float64": "float64",
+    **dict.fromkeys(("bf16", "bfloat16"), "bfloat16"),
+    **dict.fromkeys(("fp16", "half", "float16"), "float16"),
+    **dict.fromkeys(("fp32", "float", "float32"), "float32"),
+    **dict.fromkeys(("fp64", "float64"), "float64"),
 }
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 _MIN_FLASH_CAPABILITY = (8, 0)  # flash-attn 2 kernels exist for Ampere and newer
@@ -109,16 +94,7 @@ def cuda_capability(device: str) -> tuple[int, int] | None:
 
 def flash_attn_available(device: str = "cuda") -> bool:
     """flash-attention 2 can run on `device`: CUDA present, Ampere or newer, package installed."""
-    found = auto_attention(
-        device, flash_installed=flash_attn_installed(), capability=cuda_capability(device)
-    )
-    return found == FLASH_ATTENTION
-
-
-def _torch_build() -> str:
-    import torch
-
-    return str(torch.__version__)
+    return resolve_attention(device) == FLASH_ATTENTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,7 +130,7 @@ def _require_cuda(device: str, what: str) -> None:
 
     if not torch.cuda.is_available():
         raise EncoderUnavailableError(
-            f"{what} needs a CUDA GPU, but torch {_torch_build()} sees none on this machine; "
+            f"{what} needs a CUDA GPU, but torch {torch.__version__} sees none on this machine; "
             "leave --device out (or use --device cpu) to run on the CPU"
         )
     index = int(device.split(":", 1)[1]) if ":" in device else 0
@@ -214,27 +190,19 @@ def resolve_device(requested: str | None = None) -> str:
     return name
 
 
-def dtype_name(requested: str | None) -> str:
-    """The canonical name of a dtype option ("bf16" -> "bfloat16"); "auto" stays "auto"."""
-    if requested is None or requested.lower() == "auto":
-        return "auto"
-    name = DTYPE_ALIASES.get(requested.lower())
-    if name is None:
-        raise UsageError(
-            f"unknown dtype {requested!r}; use auto, bfloat16, float16, float32 or float64"
-        )
-    return name
-
-
 def resolve_dtype(device: str, requested: str | None = None) -> torch.dtype:
     """The compute dtype: "auto" -> bf16 on GPUs and CPUs that run it natively, else fp32."""
     import torch
 
-    name = dtype_name(requested)
-    if name == "auto":
-        name = "bfloat16" if fast_bf16(device) else "float32"
-    dtype: torch.dtype = getattr(torch, name)
-    return dtype
+    asked = "auto" if requested is None else requested.lower()
+    if asked == "auto":
+        asked = "bfloat16" if fast_bf16(device) else "float32"
+    name = DTYPE_ALIASES.get(asked)
+    if name is None:
+        raise UsageError(
+            f"unknown dtype {requested!r}; use auto, bfloat16, float16, float32 or float64"
+        )
+    return cast(torch.dtype, getattr(torch, name))
 
 
 def auto_attention(
@@ -296,8 +264,5 @@ def choose(
     """(device, torch dtype, attn_implementation) in one call, for encoder constructors."""
     where = resolve_device(device)
     torch_dtype = resolve_dtype(where, dtype)
-    return (
-        where,
-        torch_dtype,
-        resolve_attention(where, attn, allow_flash=allow_flash, dtype=torch_dtype),
-    )
+    attention = resolve_attention(where, attn, allow_flash=allow_flash, dtype=torch_dtype)
+    return where, torch_dtype, attention

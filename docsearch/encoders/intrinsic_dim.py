@@ -176,16 +176,15 @@ def layer_dimensions(
     from docsearch.encoders.decoder_common import left_pad, tokenize
 
     items = [tokenize(tokenizer, template, t).ids for t in texts]
-    per_layer: list[list[torch.Tensor]] = []
+    per_batch: list[list[torch.Tensor]] = []  # [batch][layer] -> (rows, dim)
     device = next(model.parameters()).device
     for batch in token_batches([len(i) for i in items], 8192):
         inputs = left_pad([items[i] for i in batch], int(tokenizer.pad_token_id))
         with torch.inference_mode():
-            states = last_token_states(model, {k: v.to(device) for k, v in inputs.items()})
-        per_layer = per_layer or [[] for _ in states]
-        for layer, s in zip(per_layer, states, strict=True):
-            layer.append(s)
-    return [two_nn(torch.cat(s).numpy(), method=method) for s in per_layer]
+            per_batch.append(last_token_states(model, {k: v.to(device) for k, v in inputs.items()}))
+    return [
+        two_nn(torch.cat(layer).numpy(), method=method) for layer in zip(*per_batch, strict=True)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from docsearch.encoders.base import register
+from docsearch.encoders.base import one_of, register
 from docsearch.encoders.decoder_common import DecoderEncoder, load_decoder
 from docsearch.encoders.device import resolve_dtype
 from docsearch.encoders.intrinsic_dim import calibrate
@@ -267,7 +267,6 @@ class KVEmbeddingEncoder(DecoderEncoder):
     query_template_default = "Query: {text}\nCompress the Query in one word:"
     document_template_default = "Context: {text}\nCompress the Context in one word:"
     pooling_default = "mean+last"
-    pool_span_default = "all"
     allow_flash = False  # the prefix bias is added to the scores, which flash kernels cannot take
     kernel_names = {"sdpa": "kv_sdpa", "eager": "kv_eager"}
 
@@ -281,9 +280,7 @@ class KVEmbeddingEncoder(DecoderEncoder):
         **options: Any,
     ) -> None:
         super().__init__(model, **options)
-        if rope not in ROPE_MODES:
-            raise UsageError(f"unknown rope mode {rope!r}; use one of: {', '.join(ROPE_MODES)}")
-        self.rope = rope
+        self.rope = one_of("rope mode", rope, ROPE_MODES)
         self.bias = float(bias)
         self.layers = self._layers(layers)
 
@@ -309,8 +306,7 @@ class KVEmbeddingEncoder(DecoderEncoder):
         return Reroute(frozenset(self.layers), self.bias, shifts)
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = self.model(**inputs, reroute=self.reroute(inputs))
-        return out.last_hidden_state
+        return self.model(**inputs, reroute=self.reroute(inputs)).last_hidden_state
 
     def vector_options(self) -> dict[str, Any]:
         return {

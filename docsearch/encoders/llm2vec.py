@@ -1,23 +1,19 @@
 """LLM2Vec: a decoder LLM turned into a bidirectional text encoder (BehnamGhader et al., 2024).
 
-What this module holds, top to bottom:
-1. The bidirectional decoder, shared with NV-Embed: `make_bidirectional`, `padding_only_mask`,
-   `bidirectional_hidden_states`, `load_decoder`; `causal_padding_masks` for the causal mode. Llama, Mistral, Qwen2, Qwen3 and Gemma3 (text)
-   from current transformers, with every token attending to every non-pad token: no causal part,
-   no sliding window (as LLM2Vec and NV-Embed compute it, whatever `sliding_window` says).
-2. Adapters: the LoRA layering of the released checkpoints (base, then the MNTP LoRA merged, then
-   a SimCSE or supervised LoRA) loaded and merged with peft, and the folder layout our own
-   training writes (`save_adapter`).
-3. LLM2Vec's input semantics: `[instruction, text]` pairs, the text cut word-wise to
-   `doc_max_length`, left padding, an `embed_mask` over the last n tokens (the text part), and the
-   pooling modes mean / weighted_mean / eos_token / last_token / bos_token.
+Top to bottom:
+1. The bidirectional decoder, shared with NV-Embed (Llama, Mistral, Qwen2, Qwen3, Gemma3 text):
+   every token attends to every non-pad token, with no sliding window, as LLM2Vec and NV-Embed
+   compute it whatever `sliding_window` says; and the masks of the causal mode.
+2. Adapters: the released LoRA layering (base, then the MNTP LoRA merged, then a SimCSE or
+   supervised LoRA), merged with peft, and the folder layout our training writes.
+3. LLM2Vec's inputs (`[instruction, text]` pairs, the text cut word-wise to `doc_max_length`,
+   left padding, an `embed_mask` over the text's last n tokens) and its five pooling modes.
 4. The `llm2vec` encoder.
 
-Deliberate differences from the reference package (llm2vec 0.2.3): its Qwen2 model is still causal
-(a bug; we are bidirectional for every family, `bidirectional=False` reproduces its Qwen2 numbers),
-and the chat wrappers it adds for a few hard-coded `_name_or_path` values are not applied (they do
-not fire when a checkpoint is loaded from a Hub id either). Not here: training (see
-`docsearch.training.mntp` and `docsearch.training.simcse`).
+Deliberate differences from llm2vec 0.2.3: its Qwen2 model is still causal (a bug; we are
+bidirectional for every family, `bidirectional=False` reproduces its Qwen2 numbers), and the chat
+wrappers it adds for a few hard-coded `_name_or_path` values are not applied (they do not fire for
+Hub ids either). Not here: training (`docsearch.training.mntp`, `docsearch.training.simcse`).
 """
 
 from __future__ import annotations
@@ -32,7 +28,8 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.base import HFEncoder, hf_count_tokens, one_of, register
+from docsearch.encoders.batching import longest_first
 from docsearch.encoders.device import choose
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
@@ -165,8 +162,7 @@ def bidirectional_hidden_states(
     out = model(
         input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
     )
-    hidden: torch.Tensor = out.last_hidden_state
-    return hidden  # (batch, seq, hidden)
+    return cast(torch.Tensor, out.last_hidden_state)  # (batch, seq, hidden)
 
 
 def load_decoder(
@@ -217,13 +213,10 @@ def lora_config(r: int = 16, alpha: int = 32, dropout: float = 0.05) -> Any:
     )
 
 
-def has_weights(folder: Path) -> bool:
-    return any((folder / name).exists() for name in WEIGHT_FILES)
-
-
 def is_adapter_folder(folder: Path) -> bool:
     """A peft adapter folder (LoRA files, no full model weights)."""
-    return (folder / ADAPTER_CONFIG).exists() and not has_weights(folder)
+    has_weights = any((folder / name).exists() for name in WEIGHT_FILES)
+    return (folder / ADAPTER_CONFIG).exists() and not has_weights
 
 
 def adapter_base(folder: Path) -> str:
@@ -252,8 +245,7 @@ def merge_adapter(model: PreTrainedModel, folder: Path) -> PreTrainedModel:
     """Apply a saved LoRA to `model` and merge it into the weights: W <- W + (alpha/r) B A."""
     from peft import PeftModel
 
-    merged: PreTrainedModel = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-    return merged
+    return cast(PreTrainedModel, PeftModel.from_pretrained(model, str(folder)).merge_and_unload())
 
 
 def resolve_layers(model: str, adapter: str | None) -> tuple[Path, Path, list[Path]]:
@@ -287,9 +279,7 @@ def same_adapter(a: Path, b: Path) -> bool:
 
 def tokenizer_folder(first: Path, base: Path) -> Path:
     """Released `-mntp` folders carry the tokenizer; a bare adapter name defers to the base."""
-    has_tokenizer = (first / "tokenizer_config.json").exists() or (
-        first / "tokenizer.json"
-    ).exists()
+    has_tokenizer = any((first / f).exists() for f in ("tokenizer_config.json", "tokenizer.json"))
     return first if has_tokenizer else base
 
 
@@ -341,11 +331,10 @@ def declared_generic_tokenizer(folder: Path) -> bool:
 
 def load_tokenizer(folder: Path) -> Any:
     """The model's tokenizer with LLM2Vec's settings: pad = EOS, left padding."""
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    if declared_generic_tokenizer(folder):
-        # transformers 5 swaps in its own class for some model types (Qwen2); a folder that
-        # declares the generic class means "use tokenizer.json as it is".
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    # transformers 5 swaps in its own class for some model types (Qwen2); a folder that declares
+    # the generic class means "use tokenizer.json as it is".
+    generic = declared_generic_tokenizer(folder)
+    tokenizer = (PreTrainedTokenizerFast if generic else AutoTokenizer).from_pretrained(str(folder))
     if tokenizer.eos_token is None:
         raise EncoderUnavailableError(f"the tokenizer in {str(folder)!r} has no EOS token")
     tokenizer.pad_token = tokenizer.eos_token
@@ -383,11 +372,6 @@ def join_pair(instruction: str, text: str) -> str:
     return f"{instruction.strip()} {SEPARATOR}{text}" if instruction else f"{SEPARATOR}{text}"
 
 
-def count_truncated(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[int]:
-    enc = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length)
-    return [len(ids) for ids in enc["input_ids"]]
-
-
 def build_inputs(
     tokenizer: Any,
     pairs: Sequence[tuple[str, str]],
@@ -416,23 +400,16 @@ def build_inputs(
         return_tensors="pt",
     )
     tails = [p[1] if len(p) > 1 else "" for p in parts]
-    counts = count_truncated(tokenizer, tails, max_length)
+    text_ids = tokenizer(tails, add_special_tokens=False, truncation=True, max_length=max_length)
     embed_mask = torch.zeros_like(enc["attention_mask"])  # (batch, seq)
-    for row, n in enumerate(counts):
-        if n:
-            embed_mask[row, -n:] = 1
+    for row, ids in enumerate(text_ids["input_ids"]):
+        if ids:
+            embed_mask[row, -len(ids) :] = 1
     return {
         "input_ids": enc["input_ids"],
         "attention_mask": enc["attention_mask"],
         "embed_mask": embed_mask,
     }
-
-
-def normalise_pooling(mode: str) -> str:
-    mode = POOLING_ALIASES.get(mode, mode)
-    if mode not in POOLING_MODES:
-        raise UsageError(f"unknown pooling {mode!r}; choose one of {', '.join(POOLING_MODES)}")
-    return mode
 
 
 def pool(
@@ -479,13 +456,12 @@ def read_settings(folders: Sequence[Path]) -> dict[str, Any]:
     """`llm2vec_config.json` of the last folder that has one (pooling, lengths, skip_instruction)."""
     for folder in reversed(folders):
         if (folder / LLM2VEC_CONFIG).exists():
-            settings: dict[str, Any] = json.loads((folder / LLM2VEC_CONFIG).read_text())
-            return settings
+            return cast(dict[str, Any], json.loads((folder / LLM2VEC_CONFIG).read_text()))
     return {}
 
 
 @register("llm2vec")
-class LLM2VecEncoder:
+class LLM2VecEncoder(HFEncoder):
     """A bidirectional decoder with LLM2Vec pooling; queries carry an instruction, documents not.
 
     Options: `model` (base model or released `-mntp` folder / Hub id), `adapter` (a further LoRA
@@ -520,7 +496,8 @@ class LLM2VecEncoder:
         settings = read_settings([first, *stack])
         self.model_ref, self.adapter = model, adapter
         self.dtype = str(self.torch_dtype).removeprefix("torch.")
-        self.pooling = normalise_pooling(pooling or settings.get("pooling_mode", "mean"))
+        mode = pooling or settings.get("pooling_mode", "mean")
+        self.pooling = one_of("pooling", POOLING_ALIASES.get(mode, mode), POOLING_MODES)
         self.max_length = int(max_length or settings.get("max_length", 512))
         self.doc_max_length = int(doc_max_length or settings.get("doc_max_length", 400))
         self.skip_instruction = bool(
@@ -528,79 +505,54 @@ class LLM2VecEncoder:
         )
         self.query_instruction, self.document_instruction = query_instruction, document_instruction
         self.bidirectional, self.batch_size = bidirectional, batch_size
-        self._tokenizer = load_tokenizer(tokenizer_folder(first, base))
-        self._model = self._build(base, stack, attn)
-        self.dim = int(self._model.config.hidden_size)
-        self.max_tokens: int | None = self._content_budget()
-        bos = self._tokenizer.bos_token_id
-        if self.pooling == "bos_token" and bos not in self._tokenizer("x")["input_ids"]:
-            raise UsageError("this tokenizer adds no BOS token; use pooling 'mean' instead")
-
-    def _build(self, base: Path, stack: Sequence[Path], attn_implementation: str) -> Any:
-        model: Any = load_decoder(
-            base,
-            dtype=self.torch_dtype,
-            attn_implementation=attn_implementation,
-            bidirectional=self.bidirectional,
+        self.tokenizer = load_tokenizer(tokenizer_folder(first, base))
+        decoder: Any = load_decoder(
+            base, dtype=self.torch_dtype, attn_implementation=attn, bidirectional=bidirectional
         )
         for folder in stack:
-            model = merge_adapter(model, folder)
-        return model.to(self.device).eval()
+            decoder = merge_adapter(decoder, folder)
+        self._model = decoder.to(self.device).eval()
+        self.dim = int(self._model.config.hidden_size)
+        self.max_tokens = self._content_budget()
+        bos = self.tokenizer.bos_token_id
+        if self.pooling == "bos_token" and bos not in self.tokenizer("x")["input_ids"]:
+            raise UsageError("this tokenizer adds no BOS token; use pooling 'mean' instead")
 
     def _content_budget(self) -> int:
         """Most text tokens a document input keeps: doc_max_length, within max_length."""
-        specials = len(self._tokenizer("", add_special_tokens=True)["input_ids"])
-        instruction = hf_count_tokens(self._tokenizer, [self.document_instruction])[0]
+        specials = len(self.tokenizer("", add_special_tokens=True)["input_ids"])
+        instruction = hf_count_tokens(self.tokenizer, [self.document_instruction])[0]
         extra = 1 if self.document_instruction else 0  # the joining space may merge differently
         extra += 1 if self.pooling == "eos_token" else 0
         return min(self.doc_max_length, self.max_length - specials - instruction - extra)
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self._tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self._tokenizer, text)
 
     def embed_pairs(self, pairs: Sequence[tuple[str, str]]) -> torch.Tensor:
         """Pooled, unnormalised float32 vectors for `[instruction, text]` pairs, in input order.
 
         Longest texts first, so each batch pads little (as the reference sorts them).
         """
-        order = sorted(range(len(pairs)), key=lambda i: -len(pairs[i][1]))
         out = torch.zeros(len(pairs), self.dim, dtype=torch.float32)
         with torch.no_grad():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
+            for rows in longest_first([len(text) for _, text in pairs], self.batch_size):
                 out[rows] = self.embed_batch([pairs[i] for i in rows]).float().cpu()
         return out  # (n, dim)
 
     def embed_batch(self, pairs: Sequence[tuple[str, str]]) -> torch.Tensor:
         """Pooled vectors for one batch, with gradients if enabled (used by training)."""
-        batch = build_inputs(
-            self._tokenizer,
-            pairs,
-            max_length=self.max_length,
-            doc_max_length=self.doc_max_length,
-            append_eos=self.pooling == "eos_token",
-        )
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        hidden = bidirectional_hidden_states(
-            self._model, batch["input_ids"], batch["attention_mask"], causal=not self.bidirectional
-        )
-        keep = batch["embed_mask"] if self.skip_instruction else batch["attention_mask"]
-        return pool(
-            hidden,
-            keep,
-            batch["attention_mask"],
-            batch["input_ids"],
-            self.pooling,
-            self._tokenizer.bos_token_id,
-        )
+        lengths = {"max_length": self.max_length, "doc_max_length": self.doc_max_length}
+        eos = self.pooling == "eos_token"
+        inputs = build_inputs(self.tokenizer, pairs, **lengths, append_eos=eos)
+        ids, mask = inputs["input_ids"].to(self.device), inputs["attention_mask"].to(self.device)
+        hidden = bidirectional_hidden_states(self._model, ids, mask, causal=not self.bidirectional)
+        keep = inputs["embed_mask"].to(self.device) if self.skip_instruction else mask
+        return pool(hidden, keep, mask, ids, self.pooling, self.tokenizer.bos_token_id)
+
+    def _instruction(self, side: str) -> str:
+        return self.query_instruction if side == "query" else self.document_instruction
 
     def embed(self, texts: Sequence[str], side: str) -> torch.Tensor:
         """Pooled vectors of one batch with gradients (training); `side`: "query" or "document"."""
-        instruction = self.query_instruction if side == "query" else self.document_instruction
-        return self.embed_batch([(instruction, t) for t in texts])  # (n, dim)
+        return self.embed_batch([(self._instruction(side), t) for t in texts])  # (n, dim)
 
     def add_lora(self, r: int = 16, alpha: int = 32) -> Any:
         """Wrap the decoder in a fresh LLM2Vec LoRA (peft), returned for training and saving;
@@ -610,20 +562,11 @@ class LLM2VecEncoder:
         self._model = get_peft_model(self._model, lora_config(r=r, alpha=alpha))
         return self._model
 
-    def _encode(self, texts: Sequence[str], instruction: str) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self.embed_pairs([(instruction, t) for t in texts])
-        return l2_normalize(vectors.numpy())
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        return self.embed_pairs([(self._instruction(side), t) for t in texts]).numpy()
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.query_instruction)
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.document_instruction)
-
-    def spec(self) -> dict[str, Any]:
-        options: dict[str, Any] = {
+    def vector_options(self) -> dict[str, Any]:
+        return {
             "model": self.model_ref,
             "pooling": self.pooling,
             "max_length": self.max_length,
@@ -633,12 +576,5 @@ class LLM2VecEncoder:
             "skip_instruction": self.skip_instruction,
             "bidirectional": self.bidirectional,
             "dtype": self.dtype,
-        }
-        if self.adapter:
-            options["adapter"] = self.adapter
-        return {
-            "encoder": self.name,
-            "options": options,
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
+            "adapter": self.adapter or None,
         }

@@ -34,13 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from docsearch.encoders.base import (
-    hf_count_tokens,
-    hf_token_spans,
-    l2_normalize,
-    register,
-    spec_of,
-)
+from docsearch.encoders.base import HFEncoder, check_keys, register
 from docsearch.encoders.device import resolve_device, resolve_dtype
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import EncoderUnavailableError, UsageError
@@ -384,12 +378,8 @@ class BlockdiagLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(nblocks, d_out // nblocks, d_in // nblocks))
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
 
-    def blocks(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Per-block outputs without the bias (see `blockdiag_blocks`)."""
-        return blockdiag_blocks(x, self.weight)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.cat(self.blocks(x), dim=-1)
+        out = blockdiag_matmul(x, self.weight)
         return out + self.bias if self.bias is not None else out
 
 
@@ -416,7 +406,7 @@ class GatedMonarchMLP(nn.Module):
         return torch.cat([self._forward_rows(r) for r in rows], dim=1)
 
     def _forward_rows(self, x: torch.Tensor) -> torch.Tensor:
-        blocks = self.gated_layers.blocks(x)  # nblocks x (B, L, 2I/nblocks)
+        blocks = blockdiag_blocks(x, self.gated_layers.weight)  # nblocks x (B, L, 2I/nblocks)
         half = len(blocks) // 2
         if len(blocks) % 2 == 0:
             parts = [F.gelu(a) * b for a, b in zip(blocks[:half], blocks[half:], strict=True)]
@@ -502,10 +492,9 @@ class M2BertModel(nn.Module):
 
 @dataclass
 class LoadReport:
-    """What `load_released_state_dict` did with the checkpoint's keys (original names)."""
+    """What `load_released_state_dict` did with the checkpoint's keys (original names); a
+    missing or unexpected key is an error."""
 
-    missing: list[str]
-    unexpected: list[str]
     dropped: list[str]  # flashfft buffers, classifier / MLM head
     filled: list[str]  # freq aliases and position_ids the checkpoint did not carry
 
@@ -573,9 +562,7 @@ def _fill_freq_aliases(state: dict[str, torch.Tensor], model_keys: set[str]) -> 
     return filled
 
 
-def load_released_state_dict(
-    model: M2BertModel, state: dict[str, torch.Tensor], strict: bool = True
-) -> LoadReport:
+def load_released_state_dict(model: M2BertModel, state: dict[str, torch.Tensor]) -> LoadReport:
     """Load a checkpoint with the released key names into `model` (rules of notes 1.4)."""
     model_keys = set(model.state_dict())
     mapped: dict[str, torch.Tensor] = {}
@@ -590,20 +577,14 @@ def load_released_state_dict(
     if "embeddings.position_ids" not in mapped:  # newer exports drop this constant buffer
         mapped["embeddings.position_ids"] = model.embeddings.position_ids.clone()
         filled.append("embeddings.position_ids")
-    missing = sorted(model_keys - mapped.keys())
-    unexpected = sorted(mapped.keys() - model_keys)
-    if strict and (missing or unexpected):
-        raise EncoderUnavailableError(
-            "the checkpoint does not match its config.json: "
-            f"{len(missing)} missing keys {missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}"
-        )
+    check_keys(set(mapped), model_keys)
     try:
-        model.load_state_dict({k: v for k, v in mapped.items() if k in model_keys}, strict=False)
+        model.load_state_dict(mapped)
     except RuntimeError as exc:  # shape mismatches
         raise EncoderUnavailableError(
             f"the checkpoint does not match its config.json: {exc}"
         ) from exc
-    return LoadReport(missing, unexpected, sorted(dropped), sorted(filled))
+    return LoadReport(sorted(dropped), sorted(filled))
 
 
 def read_config(folder: Path) -> M2Config:
@@ -730,7 +711,7 @@ def _absolute_if_folder(ref: str) -> str:
 
 
 @register("m2-bert", aliases=("m2",))
-class M2BertEncoder:
+class M2BertEncoder(HFEncoder):
     """Whole-document M2-BERT embeddings: the CLS pooler output, L2-normalised.
 
     Queries and documents are encoded alike (no prompts), as in the LoCo evaluation. Each text
@@ -759,18 +740,16 @@ class M2BertEncoder:
         torch_dtype = resolve_dtype(str(self.device), dtype)
         # A local folder is recorded as an absolute path: the spec must rebuild the encoder from
         # any working directory (`docsearch search` run elsewhere than `docsearch index`).
-        self.model_ref, self.tokenizer_ref = (
-            _absolute_if_folder(model),
-            tokenizer and _absolute_if_folder(tokenizer),
-        )
+        self.model_ref = _absolute_if_folder(model)
+        self.tokenizer_ref = tokenizer and _absolute_if_folder(tokenizer)
         self.padding, self.dtype_name = padding, str(torch_dtype).removeprefix("torch.")
         folder = resolve_model(model)
         self._model = load_model(folder, torch_dtype, self.device)
-        self._tokenizer = load_tokenizer(folder, tokenizer)
+        self.tokenizer = load_tokenizer(folder, tokenizer)
         cfg = self._model.config
-        if len(self._tokenizer) > cfg.vocab_size:
+        if len(self.tokenizer) > cfg.vocab_size:
             raise EncoderUnavailableError(
-                f"the tokenizer has {len(self._tokenizer)} tokens but the model only "
+                f"the tokenizer has {len(self.tokenizer)} tokens but the model only "
                 f"{cfg.vocab_size}; pass the tokenizer the checkpoint was trained with"
             )
         self.seq_len = min(cfg.max_position_embeddings, cfg.long_conv_l_max)
@@ -779,15 +758,9 @@ class M2BertEncoder:
         self.tokens_per_batch = tokens_per_batch
         self.truncated = 0  # texts cut to max_tokens since construction
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self._tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self._tokenizer, text)
-
     def input_ids(self, text: str) -> list[int]:
         """`[CLS] tokens [SEP]`, unpadded; cut to `max_tokens` with a warning when longer."""
-        ids: list[int] = self._tokenizer(text, add_special_tokens=True)["input_ids"]
+        ids: list[int] = self.tokenizer(text, add_special_tokens=True)["input_ids"]
         if len(ids) > self.seq_len:
             self.truncated += 1
             logger.warning(
@@ -816,7 +789,8 @@ class M2BertEncoder:
         return batches
 
     @torch.inference_mode()
-    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        """Queries and documents alike."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         rows = [self.input_ids(t) for t in texts]
         pad = self._model.config.pad_token_id
@@ -826,20 +800,13 @@ class M2BertEncoder:
                 ids[j, : len(rows[i])] = torch.tensor(rows[i])
             _, pooled = self._model(ids.to(self.device))  # (batch, d)
             out[idx] = pooled.float().cpu().numpy()
-        return l2_normalize(out)
+        return out
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts)
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts)
-
-    def spec(self) -> dict[str, Any]:
+    def vector_options(self) -> dict[str, Any]:
         """Options left at their defaults are left out, as the first specs stored them."""
-        options = {
+        return {
             "model": self.model_ref,
             "tokenizer": self.tokenizer_ref or None,
             "padding": None if self.padding == "max_length" else self.padding,
             "dtype": None if self.dtype_name == "float32" else self.dtype_name,
         }
-        return spec_of(self, options)

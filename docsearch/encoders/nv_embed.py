@@ -1,8 +1,7 @@
 """NV-Embed: a bidirectional decoder pooled by latent attention (Lee et al., ICLR 2025).
 
-What this module holds, top to bottom:
-1. Licence and instructions: the released checkpoints (`nvidia/NV-Embed-v1`, `-v2`) are
-   CC-BY-NC-4.0 (`LICENCE`, `RELEASED_MODELS`, `licence_for`); queries carry
+Top to bottom:
+1. Licence and instructions: the released checkpoints are CC-BY-NC-4.0; queries carry
    `Instruct: {task}\\nQuery: `, passages nothing (the model card's retrieval setting).
 2. The latent-attention block: the decoder's hidden states are the queries, trainable latents
    (512 in the release) the keys and values, 8 heads, then a GEGLU MLP, each with a residual,
@@ -11,10 +10,9 @@ What this module holds, top to bottom:
    and the pool mask: the attention mask with its first `len(tokenizer.tokenize(instruction))`
    positions zeroed. That count leaves out the BOS, which takes one of the zeroed slots; the
    rule is applied literally, as the reference (and the candle port) does.
-4. Loading: a released folder or Hub id by its state-dict prefixes (`embedding_model.*`: the
-   decoder, `latent_attention_model.*`: the block), strictly, into our own modules; the
-   decoder is the bidirectional one of `docsearch.encoders.llm2vec`. Or a base decoder plus an
-   adapter folder written by `docsearch.training.nv_embed_train` (a LoRA and a latent block).
+4. Loading: a released folder or Hub id by its state-dict prefixes (`embedding_model.*`,
+   `latent_attention_model.*`), strictly, into our own modules (the decoder is llm2vec's
+   bidirectional one); or a base decoder plus an adapter folder from `nv_embed_train`.
 5. The `nv-embed` encoder.
 
 Not here: training (`docsearch.training.nv_embed_train`); fp16 autocast (the reference's GPU
@@ -35,13 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from docsearch.encoders.base import (
-    hf_count_tokens,
-    hf_token_spans,
-    l2_normalize,
-    register,
-    spec_of,
-)
+from docsearch.encoders.base import HFEncoder, check_keys, one_of, register
+from docsearch.encoders.batching import longest_first
+from docsearch.encoders.decoder_common import masked_mean
 from docsearch.encoders.device import choose
 from docsearch.encoders.llm2vec import (
     bidirectional_hidden_states,
@@ -185,39 +179,20 @@ class FeedForward(nn.Module):
         return self.net(x)
 
 
-class PreNormAttention(nn.Module):
-    """`cross_attend_blocks.0`: LayerNorm on the tokens (`norm`) and the latents (`norm_context`)."""
+class PreNorm(nn.Module):
+    """`cross_attend_blocks.N`: LayerNorm on the tokens (`norm`) and, for the attention block, on
+    the latents (`norm_context`), then `fn`."""
 
-    def __init__(self, dim: int, context_dim: int, heads: int, head_dim: int) -> None:
+    def __init__(self, fn: nn.Module, dim: int, context_dim: int | None = None) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(dim)
-        self.norm_context = nn.LayerNorm(context_dim)
-        self.fn = CrossAttention(dim, context_dim, heads, head_dim)
+        self.norm_context = nn.LayerNorm(context_dim) if context_dim else None
+        self.fn = fn
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        if self.norm_context is None:
+            return self.fn(self.norm(x))
         return self.fn(self.norm(x), self.norm_context(context))
-
-
-class PreNormFeedForward(nn.Module):
-    """`cross_attend_blocks.1`: LayerNorm (`norm`), then the GEGLU MLP (`fn`)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.fn = FeedForward(dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fn(self.norm(x))
-
-
-def masked_mean(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of (batch, seq, dim) rows over the positions where `mask` (batch, seq) is 1.
-
-    A row with an empty mask gives zeros (the reference divides by zero there).
-    """
-    weights = mask.to(tokens.dtype).unsqueeze(-1)  # (batch, seq, 1)
-    total = (tokens * weights).sum(1)
-    return total / weights.sum(1).clamp(min=1.0)  # (batch, dim)
 
 
 class LatentAttentionModel(nn.Module):
@@ -232,8 +207,9 @@ class LatentAttentionModel(nn.Module):
         self.config = config
         dim, heads, head_dim = config.hidden_dim, config.num_cross_heads, config.cross_dim_head
         self.latents = nn.Parameter(torch.randn(config.num_latents_value, config.latent_dim))
+        attention = CrossAttention(dim, config.latent_dim, heads, head_dim)
         self.cross_attend_blocks = nn.ModuleList(
-            [PreNormAttention(dim, config.latent_dim, heads, head_dim), PreNormFeedForward(dim)]
+            [PreNorm(attention, dim, config.latent_dim), PreNorm(FeedForward(dim), dim)]
         )
 
     def tokens(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -280,13 +256,6 @@ def instruction_length(tokenizer: Any, instruction: str) -> int:
     return len(tokenizer.tokenize(instruction)) if instruction else 0
 
 
-def pool_mask_for(attention_mask: torch.Tensor, n_instruction: int) -> torch.Tensor:
-    """The attention mask with its first `n_instruction` positions set to 0 (right padding)."""
-    mask = attention_mask.clone()
-    mask[:, :n_instruction] = 0
-    return mask  # (batch, seq)
-
-
 def build_inputs(
     tokenizer: Any, texts: Sequence[str], instruction: str, max_length: int
 ) -> dict[str, torch.Tensor]:
@@ -304,11 +273,12 @@ def build_inputs(
         padding_side="right",
         return_tensors="pt",
     )
-    n_instruction = instruction_length(tokenizer, instruction)
+    pool_mask = enc["attention_mask"].clone()  # (batch, seq)
+    pool_mask[:, : instruction_length(tokenizer, instruction)] = 0
     return {
         "input_ids": enc["input_ids"],
         "attention_mask": enc["attention_mask"],
-        "pool_mask": pool_mask_for(enc["attention_mask"], n_instruction),
+        "pool_mask": pool_mask,
     }
 
 
@@ -334,18 +304,13 @@ def embed_batch(
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    return cast(dict[str, Any], json.loads(path.read_text(encoding="utf-8")))
 
 
 def is_released_layout(folder: Path) -> bool:
     """A folder with an NV-Embed `config.json` (`model_type` nvembed)."""
     config = folder / "config.json"
     return config.is_file() and read_json(config).get("model_type") == NVEMBED_MODEL_TYPE
-
-
-def is_nv_adapter(folder: Path) -> bool:
-    return (folder / ADAPTER_CONFIG_FILE).is_file()
 
 
 def decoder_config(text_config: dict[str, Any]) -> Any:
@@ -358,51 +323,34 @@ def decoder_config(text_config: dict[str, Any]) -> Any:
     return AutoConfig.for_model(model_type, **values)
 
 
-def tensor_names(path: Path) -> dict[str, Path]:
-    """Tensor name -> `path`, for every tensor in one safetensors file."""
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise EncoderUnavailableError(f"{path} is missing; the model folder is incomplete")
-    with safe_open(str(path), "pt") as handle:
-        return dict.fromkeys(handle.keys(), path)
-
-
-def weight_files(folder: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file that holds it (single file or sharded index)."""
+def safetensors_files(folder: Path) -> list[Path]:
+    """The checkpoint's safetensors files: the shards its index names, or the single file."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = read_json(index)["weight_map"]
-        return {key: folder / name for key, name in weight_map.items()}
+        return sorted({folder / name for name in read_json(index)["weight_map"].values()})
     if not (folder / "model.safetensors").is_file():
         raise EncoderUnavailableError(
             f"{folder} has no model.safetensors (or index); NV-Embed folders are read as "
             "safetensors only"
         )
-    return tensor_names(folder / "model.safetensors")
+    return [folder / "model.safetensors"]
 
 
-def read_prefixed(files: dict[str, Path], prefix: str) -> dict[str, torch.Tensor]:
-    """Tensors whose name starts with `prefix`, the prefix removed."""
-    from safetensors import safe_open
+def read_tensors(files: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """Every tensor in `files`, by name."""
+    from safetensors.torch import load_file
 
-    out: dict[str, torch.Tensor] = {}
-    for path in sorted(set(files.values())):
-        with safe_open(str(path), "pt") as handle:
-            for key in handle.keys():  # noqa: SIM118 - a safetensors handle, not a dict
-                if key.startswith(prefix):
-                    out[key[len(prefix) :]] = handle.get_tensor(key)
-    return out
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        if not path.is_file():
+            raise EncoderUnavailableError(f"{path} is missing; the model folder is incomplete")
+        state.update(load_file(str(path)))
+    return state
 
 
-def check_keys(found: set[str], expected: set[str], what: str) -> None:
-    """Strict loading: the checkpoint's names must be exactly the module's."""
-    missing, unexpected = sorted(expected - found), sorted(found - expected)
-    if missing or unexpected:
-        raise EncoderUnavailableError(
-            f"the checkpoint's {what} does not match its config.json: {len(missing)} missing "
-            f"{missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}"
-        )
+def strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors whose name starts with `prefix`, the prefix removed."""
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
 def expected_decoder_keys(config: Any) -> set[str]:
@@ -432,7 +380,7 @@ def build_latent(
     """The latent block with `state` loaded strictly (no random init: built on meta, assigned)."""
     with torch.device("meta"):
         block = LatentAttentionModel(config)
-    check_keys(set(state), set(block.state_dict()), "latent_attention_model.*")
+    check_keys(set(state), set(block.state_dict()), "checkpoint's latent_attention_model.*")
     try:
         block.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:  # shape mismatch
@@ -460,17 +408,19 @@ def load_released(
     text_config = decoder_config(config.get("text_config") or {})
     latent_config = LatentAttentionConfig.from_dict(config.get("latent_attention_config") or {})
     check_widths(latent_config, int(text_config.hidden_size))
-    files = weight_files(folder)
-    stray = sorted(k for k in files if not k.startswith((DECODER_PREFIX, LATENT_PREFIX)))
+    state = read_tensors(safetensors_files(folder))
+    stray = sorted(k for k in state if not k.startswith((DECODER_PREFIX, LATENT_PREFIX)))
     if stray:
         raise EncoderUnavailableError(
             f"{folder} holds {len(stray)} tensors outside embedding_model.* and "
             f"latent_attention_model.* (e.g. {stray[0]!r}); is it an NV-Embed checkpoint?"
         )
-    decoder_state = read_prefixed(files, DECODER_PREFIX)
-    check_keys(set(decoder_state), expected_decoder_keys(text_config), "embedding_model.*")
+    decoder_state = strip_prefix(state, DECODER_PREFIX)
+    check_keys(
+        set(decoder_state), expected_decoder_keys(text_config), "checkpoint's embedding_model.*"
+    )
     decoder = build_decoder(text_config, decoder_state, dtype, attn_implementation)
-    latent = build_latent(latent_config, read_prefixed(files, LATENT_PREFIX), dtype)
+    latent = build_latent(latent_config, strip_prefix(state, LATENT_PREFIX), dtype)
     return decoder, latent
 
 
@@ -511,9 +461,8 @@ def load_adapter_latent(folder: Path, dtype: torch.dtype) -> LatentAttentionMode
     config = LatentAttentionConfig.from_dict(
         read_json(folder / ADAPTER_CONFIG_FILE)["latent_attention_config"]
     )
-    return build_latent(
-        config, read_prefixed(tensor_names(folder / LATENT_FILE), LATENT_PREFIX), dtype
-    )
+    state = strip_prefix(read_tensors([folder / LATENT_FILE]), LATENT_PREFIX)
+    return build_latent(config, state, dtype)
 
 
 def resolve_layers(model: str | None, adapter: str | None) -> tuple[str, Path, Path | None]:
@@ -523,17 +472,14 @@ def resolve_layers(model: str | None, adapter: str | None) -> tuple[str, Path, P
     released NV-Embed-v2.
     """
     adapter_dir = resolve_model(adapter) if adapter else None
-    if adapter_dir is not None and not is_nv_adapter(adapter_dir):
+    if adapter_dir is not None and not (adapter_dir / ADAPTER_CONFIG_FILE).is_file():
         raise EncoderUnavailableError(
             f"{adapter!r} is not an NV-Embed adapter folder (no {ADAPTER_CONFIG_FILE}); give the "
             "folder written by docsearch.training.nv_embed_train"
         )
-    if model is None:
-        model = (
-            str(read_json(adapter_dir / ADAPTER_CONFIG_FILE)["base"])
-            if adapter_dir
-            else DEFAULT_MODEL
-        )
+    if model is None and adapter_dir is not None:
+        model = str(read_json(adapter_dir / ADAPTER_CONFIG_FILE)["base"])
+    model = DEFAULT_MODEL if model is None else model
     return model, resolve_model(model), adapter_dir
 
 
@@ -578,7 +524,7 @@ def load_nv_tokenizer(base: Path, adapter: Path | None) -> Any:
 
 
 @register("nv-embed", aliases=("nv_embed", "nvembed"))
-class NVEmbedEncoder:
+class NVEmbedEncoder(HFEncoder):
     """NV-Embed vectors: bidirectional decoder, latent-attention pooling, L2-normalised.
 
     Options: `model` (a released NV-Embed folder or Hub id, or the base decoder of an adapter;
@@ -608,8 +554,7 @@ class NVEmbedEncoder:
         attn_implementation: str | None = None,
     ) -> None:
         where, self.torch_dtype, attn = choose(device, dtype, attn_implementation)
-        if pooling not in POOLINGS:
-            raise UsageError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        one_of("pooling", pooling, POOLINGS)
         self.model_ref, base, adapter_dir = resolve_layers(model, adapter)
         settings = read_json(adapter_dir / ADAPTER_CONFIG_FILE) if adapter_dir else {}
         self.adapter, self.pooling = adapter, pooling
@@ -627,25 +572,19 @@ class NVEmbedEncoder:
         self.licence = licence_for(self.model_ref, self._config(base))
         if self.licence == LICENCE:
             log.warning("%s: %s", self.model_ref, LICENCE_NOTICE)
-        self._decoder, self._latent = self._load(base, adapter_dir, attn)
-        self._tokenizer = load_nv_tokenizer(base, adapter_dir)
-        self.dim = int(self._decoder.config.hidden_size)
-        self.max_tokens: int | None = self._content_budget()
-
-    def _load(
-        self, base: Path, adapter_dir: Path | None, attn_implementation: str
-    ) -> tuple[Any, LatentAttentionModel | None]:
-        """(decoder, latent block or None for mean pooling), on the device, in eval mode."""
-        decoder, latent = load_layers(base, adapter_dir, self.torch_dtype, attn_implementation)
-        if latent is None and self.pooling == "latent":
+        decoder, latent = load_layers(base, adapter_dir, self.torch_dtype, attn)
+        if latent is None and pooling == "latent":
             raise EncoderUnavailableError(
                 f"{self.model_ref!r} is a plain decoder without a latent-attention block; pass "
                 "--adapter <folder trained by nv_embed_train>, a released NV-Embed model, or "
                 "pooling=mean"
             )
-        if self.pooling == "mean":
-            latent = None
-        return decoder.to(self.device).eval(), latent.to(self.device).eval() if latent else None
+        self._decoder = decoder.to(self.device).eval()
+        # pooling "mean" leaves the block out
+        self._latent = latent.to(self.device).eval() if latent and pooling == "latent" else None
+        self.tokenizer = load_nv_tokenizer(base, adapter_dir)
+        self.dim = int(self._decoder.config.hidden_size)
+        self.max_tokens: int | None = self._content_budget()
 
     @staticmethod
     def _pick(value: str | None, settings: dict[str, Any], key: str, default: str) -> str:
@@ -658,9 +597,9 @@ class NVEmbedEncoder:
 
     def _content_budget(self) -> int:
         """Most text tokens a document keeps: max_length minus BOS, instruction and EOS."""
-        specials = len(self._tokenizer("")["input_ids"])
-        instruction = instruction_length(self._tokenizer, self.document_instruction)
-        query = instruction_length(self._tokenizer, self.query_instruction)
+        specials = len(self.tokenizer("")["input_ids"])
+        instruction = instruction_length(self.tokenizer, self.document_instruction)
+        query = instruction_length(self.tokenizer, self.query_instruction)
         joint = 1 if self.document_instruction else 0  # the join may tokenize one piece longer
         budget = self.max_length - specials - instruction - joint - 1  # - EOS
         if budget < 1 or self.max_length <= specials + query + 1:
@@ -670,51 +609,28 @@ class NVEmbedEncoder:
             )
         return budget
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self._tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self._tokenizer, text)
-
     def embed(self, texts: Sequence[str], instruction: str) -> torch.Tensor:
         """Unit float32 vectors, in input order; longest texts first so batches pad little."""
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out = torch.zeros(len(texts), self.dim, dtype=torch.float32)
         with torch.no_grad():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
+            for rows in longest_first([len(t) for t in texts], self.batch_size):
                 batch = [texts[i] for i in rows]
                 out[rows] = embed_batch(
-                    self._decoder,
-                    self._latent,
-                    self._tokenizer,
-                    batch,
-                    instruction,
-                    self.max_length,
+                    self._decoder, self._latent, self.tokenizer, batch, instruction, self.max_length
                 ).cpu()
         return out  # (n, dim)
 
-    def _encode(self, texts: Sequence[str], instruction: str) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return l2_normalize(self.embed(texts, instruction).numpy())
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
+        instruction = self.query_instruction if side == "query" else self.document_instruction
+        return self.embed(texts, instruction).numpy()
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.query_instruction)
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, self.document_instruction)
-
-    def spec(self) -> dict[str, Any]:
-        return spec_of(
-            self,
-            {
-                "model": self.model_ref,
-                "max_length": self.max_length,
-                "query_instruction": self.query_instruction,
-                "document_instruction": self.document_instruction,
-                "pooling": self.pooling,
-                "dtype": self.dtype,
-                "adapter": self.adapter or None,
-            },
-        )
+    def vector_options(self) -> dict[str, Any]:
+        return {
+            "model": self.model_ref,
+            "max_length": self.max_length,
+            "query_instruction": self.query_instruction,
+            "document_instruction": self.document_instruction,
+            "pooling": self.pooling,
+            "dtype": self.dtype,
+            "adapter": self.adapter or None,
+        }

