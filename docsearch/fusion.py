@@ -165,8 +165,8 @@ DOCUMENT_RULES = {
 }
 # Query by document (`Retriever.similar`): the document legs alone, the query being the query
 # document's key terms and its doc-mean vector. Lexical: chosen on irled2017-precedent
-# (benchmarks/similar.py); hybrid: the document legs' weights of the hybrid rule above, not
-# yet measured for this task (no dense index of that set was built).
+# (benchmarks/similar.py); hybrid: z-scores, the two document legs weighed alike, not yet
+# measured for this task (no dense index of that set was built).
 SIMILAR_RULES = {
     "lexical": Fusion("maxnorm", {"doc_lexical": 1.0}),
     "hybrid": Fusion("zscore", {"doc_lexical": 0.5, "doc_dense": 0.5}),

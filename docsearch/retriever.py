@@ -17,6 +17,9 @@ Bad input of any kind (an unusable query, `k`, mode or filter) is a UsageError; 
 as `docsearch.indexer.filters` describes, so it can narrow a search but never widen `path`.
 Each leg returns the store's candidates; fusion works on `{key: score}` maps; a `Hit`'s
 `Snippet` holds its text, the marked spans and where the passage lies in the document.
+`similar` takes a document instead of a query (a file, or a document of the collection) and
+returns the documents most like it, each with the key terms and passage pair that explain it
+(`docsearch.similar` picks the terms and passages; `fusion.SIMILAR_RULES` fuses its legs).
 Not here: query encoding details (the encoder's), result rendering (CLI/UI).
 """
 
