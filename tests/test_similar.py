@@ -110,6 +110,32 @@ def test_a_file_outside_the_collection_works_in_every_format(
     assert best.query_passage.pages == ("2" if fmt == "pdf" else "1")
 
 
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_a_long_file_outside_the_collection_is_embedded_and_not_capped(
+    collection: tuple[Path, str], tmp_path: Path, mode: str
+) -> None:
+    _, db = collection
+    query = _write(tmp_path / "long.txt", "txt", PUMP * 40)  # 13k characters: over the query cap
+    assert len(query.read_text()) > 10_000
+    hits = Retriever("c", db=db).similar(str(query), k=2, mode=mode)
+    assert set(_paths(hits)) == {"report.md", "report_copy.txt"}
+    assert "doc_dense" in hits[0].scores
+
+
+def test_word_statistics_follow_the_collection(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    _corpus(root)
+    db = str(tmp_path / "db")
+    index_into(db, root, "c", encoder="none")
+    query = _write(tmp_path / "query.txt", "txt", ["The flywheel and the strainer wore out."])
+    before = Retriever("c", db=db).similar(str(query), k=1, mode="lexical")
+    assert "flywheel" not in before[0].terms  # no document held it
+    (root / "flywheel.md").write_text("The flywheel cracked; the flywheel was replaced.\n")
+    index_into(db, root, "c", encoder="none")
+    after = Retriever("c", db=db).similar(str(query), k=1, mode="lexical")
+    assert _paths(after) == ["flywheel.md"] and "flywheel" in after[0].terms
+
+
 def test_explanations_name_shared_terms_and_the_page_of_each_passage(
     collection: tuple[Path, str], tmp_path: Path
 ) -> None:
