@@ -5,7 +5,8 @@ Metrics (document level, the way BEIR/pytrec_eval compute them): nDCG@k with lin
 best first, duplicates ignored. Averages are over the queries that have a relevant document.
 The runner indexes a `RetrievalSet` into a temporary collection through the real pipeline
 (extract -> chunk -> embed -> LanceDB), then asks the real `Retriever` (documents ranked as
-search ranks them). For sets with answer spans (CUAD), it also scores passages: does one of the
+search ranks them, or, with `similar`, as `Retriever.similar` ranks the documents like each
+query read as a document). For sets with answer spans (CUAD), it also scores passages: does one of the
 top-k chunks overlap the span that answers the query?
 Not here: reading datasets (`docsearch.corpora`), tables and plots (`benchmarks/`).
 """
@@ -267,19 +268,24 @@ class EvalIndex:
         *,
         queries: RetrievalSet | None = None,
         fusion: Fusion | None = None,
+        similar: bool = False,
     ) -> EvalResult:
-        """Run the queries (of `queries`, default the indexed set) in `mode` and score them."""
+        """Run the queries (of `queries`, default the indexed set) in `mode` and score them;
+        `similar`: each query is a document, searched for as `Retriever.similar` does."""
         rset = queries or self.rset
         retriever = self.retriever(fusion)
         started = time.perf_counter()
-        run = document_run(retriever, rset.queries, mode)
-        span_hits = passage_span_hits(retriever, rset, mode)  # {} without answer spans
+        if similar:
+            run, span_hits = similar_run(retriever, rset.queries, mode), {}
+        else:
+            run = document_run(retriever, rset.queries, mode)
+            span_hits = passage_span_hits(retriever, rset, mode)  # {} without answer spans
         searched = time.perf_counter() - started
         means, per_query = score_run(run, {q: rset.qrels.get(q, {}) for q in rset.queries})
         return EvalResult(
             dataset=rset.name,
             encoder=self.encoder_label,
-            mode=mode,
+            mode=f"similar {mode}" if similar else mode,
             metrics=means,
             queries=len(per_query),
             documents=len(self.rset.corpus),
@@ -298,6 +304,26 @@ def document_run(
     """query id -> the ids (paths) of the top `depth` documents (none for a blank query)."""
     return {
         qid: [h.path for h in retriever.search(text, k=depth, mode=mode, granularity="document")]
+        if text.strip()
+        else []
+        for qid, text in queries.items()
+    }
+
+
+def similar_run(
+    retriever: Retriever, queries: Mapping[str, str], mode: str, depth: int = RUN_DEPTH
+) -> dict[str, list[str]]:
+    """query id -> the ids (paths) of the top `depth` documents like the query, read as a
+    document (none for a blank query)."""
+    from docsearch.indexer.extract import build_document
+
+    return {
+        qid: [
+            h.path
+            for h in retriever.similar(
+                build_document(qid, "", [text]), k=depth, mode=mode, explain=False
+            )
+        ]
         if text.strip()
         else []
         for qid, text in queries.items()
@@ -352,9 +378,10 @@ def evaluate_dataset(
     mode: str | None = None,
     settings: Settings | None = None,
     progress: ProgressSink | None = None,
+    similar: bool = False,
 ) -> EvalResult:
     """Index `rset` into a temporary store (settings as for `EvalIndex`), search it in `mode`
-    and score the run."""
+    (`similar`: each query read as a document) and score the run."""
     encoder, mode = default_mode(encoder, mode)
     with EvalIndex(
         rset, encoder=encoder, options=options, settings=settings, progress=progress
@@ -362,7 +389,7 @@ def evaluate_dataset(
         if index.encoder is None and mode != "lexical":
             log.warning("no encoder could be loaded; evaluating lexical search instead")
             mode = "lexical"
-        return index.evaluate(mode)
+        return index.evaluate(mode, similar=similar)
 
 
 def load_dataset(

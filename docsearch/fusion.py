@@ -163,3 +163,12 @@ DOCUMENT_RULES = {
     ),
     "vector": Fusion("maxnorm", {"dense": 1.0}),
 }
+# Query by document (`Retriever.similar`): the document legs alone, the query being the query
+# document's key terms (their number chosen on irled2017-precedent, benchmarks/similar.py) and
+# its doc-mean vector. Hybrid: z-scores, the two legs weighed alike, not yet measured for this
+# task (no dense index of that set was built).
+SIMILAR_RULES = {
+    "lexical": Fusion("maxnorm", {"doc_lexical": 1.0}),
+    "hybrid": Fusion("zscore", {"doc_lexical": 0.5, "doc_dense": 0.5}),
+    "vector": Fusion("maxnorm", {"doc_dense": 1.0}),
+}

@@ -17,6 +17,9 @@ Bad input of any kind (an unusable query, `k`, mode or filter) is a UsageError; 
 as `docsearch.indexer.filters` describes, so it can narrow a search but never widen `path`.
 Each leg returns the store's candidates; fusion works on `{key: score}` maps; a `Hit`'s
 `Snippet` holds its text, the marked spans and where the passage lies in the document.
+`similar` takes a document instead of a query (a file, or a document of the collection) and
+returns the documents most like it, each with the key terms and passage pair that explain it
+(`docsearch.similar` picks the terms and passages; `fusion.SIMILAR_RULES` fuses its legs).
 Not here: query encoding details (the encoder's), result rendering (CLI/UI).
 """
 
@@ -28,13 +31,14 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.encoders.base import Encoder, encoder_from_spec
 from docsearch.errors import EncoderUnavailableError, UsageError
-from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, Fusion, aggregate, ranks
+from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, SIMILAR_RULES, Fusion, aggregate, ranks
 from docsearch.indexer.filters import ChunkFilter
 from docsearch.indexer.store import (
     RESULT_COLUMNS,
@@ -43,8 +47,22 @@ from docsearch.indexer.store import (
     DocCandidate,
     Store,
     resolve_collection,
+    sql_in,
+)
+from docsearch.similar import (
+    MAX_TERMS,
+    QueryDocument,
+    best_passage,
+    chunk_view,
+    collection_stats,
+    lexical_query,
+    query_document,
+    shared_terms,
 )
 from docsearch.snippets import Snippet, identifiers, make_snippet
+
+if TYPE_CHECKING:
+    from docsearch.indexer.extract import Document
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +122,20 @@ class Hit(Passage):
             for p in self.passages
         ]
         return super().as_dict() | {"passages": passages}
+
+
+@dataclass(frozen=True)
+class SimilarHit(Hit):
+    """A result of `Retriever.similar`: `terms` are the query document's key terms this
+    document also holds (best first, with their weights); its passage (`passages[0]`) and
+    `query_passage` are the passages of the two documents holding the most of them."""
+
+    terms: dict[str, float] = field(default_factory=dict)
+    query_passage: Passage | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        query = self.query_passage.as_dict() if self.query_passage else None
+        return super().as_dict() | {"terms": list(self.terms), "query_passage": query}
 
 
 def clean_query(query: object) -> str:
@@ -258,6 +290,84 @@ class Retriever:
             Hit(**_view(by_id[key], query), score=chunks.fused[key], scores=chunks.scores(key, i))
             for i, key in enumerate(chunks.order[:k], start=1)
         ]
+
+    def similar(
+        self,
+        source: str | Path | Document,
+        k: int = 10,
+        mode: str | None = None,
+        *,
+        terms: int = MAX_TERMS,
+        explain: bool = True,
+    ) -> list[SimilarHit]:
+        """The `k` documents most like `source`, best first: a file (in the collection or not,
+        any supported format), the path or doc id of a document of the collection, or an
+        extracted Document. The query document itself is never among them. Lexical side: one
+        whole-document BM25 query of its `terms` key terms; dense side: its doc-mean vector;
+        fused by `fusion.SIMILAR_RULES[mode]`. `explain=False` skips the shared terms and
+        passage pairs (each hit then shows its opening passage)."""
+        k = _whole_number(k)
+        mode = self._usable_mode(mode or self.default_mode())
+        if not self.store.has_documents:
+            raise UsageError(
+                f"collection {self.collection!r} has no document table yet; run "
+                "`docsearch index` on it once to add it"
+            )
+        encoder = None if mode == "lexical" else self.encoder()
+        query = query_document(self.store, source, encoder)
+        stats = collection_stats(self.store)
+        key = stats.key_terms(query.text, terms, min_df=1 if query.doc_id is None else 2)
+        depth = max(DOC_POOL, k) + 1  # one more: the query document may be among them
+        found: dict[str, list[DocCandidate]] = {}
+        if mode != "vector" and key:
+            text = lexical_query(key)
+            found["doc_lexical"] = self.store.search_documents_text(text, depth, None)
+        if query.vector is not None:
+            found["doc_dense"] = self.store.search_documents_vector(query.vector, depth, None)
+        found = {leg: [d for d in docs if d.doc_id != query.doc_id] for leg, docs in found.items()}
+        ranking = _Ranking(
+            {leg: {d.doc_id: d.score for d in docs} for leg, docs in found.items()},
+            SIMILAR_RULES[mode],
+            {leg: {d.doc_id: d.raw_score for d in docs} for leg, docs in found.items()},
+        )
+        top = ranking.order[:k]
+        where = sql_in("doc_id", top) + ("" if explain else " AND ordinal = 0")
+        chunks: dict[str, list[ChunkView]] = {}
+        for row in self.store.rows(where, RESULT_COLUMNS) if top else []:
+            chunks.setdefault(row["doc_id"], []).append(chunk_view(row))
+        return [
+            self._similar_hit(query, key, chunks[doc], ranking, doc, i, explain)
+            for i, doc in enumerate(top, start=1)
+        ]
+
+    def _similar_hit(
+        self,
+        query: QueryDocument,
+        key: list[tuple[str, float]],
+        chunks: list[ChunkView],
+        ranking: _Ranking,
+        doc: str,
+        rank: int,
+        explain: bool,
+    ) -> SimilarHit:
+        """A result with its explanation: the shared key terms and the passage pair."""
+        shared = shared_terms(key, chunks) if explain else {}
+        words = " ".join(shared)
+        chunk, score = best_passage(chunks, shared)
+        passage = Passage(**_view(chunk, words), score=score)
+        query_passage = None
+        if explain and query.chunks:
+            mine, mine_score = best_passage(query.chunks, shared)
+            query_passage = Passage(**_view(mine, words), score=mine_score)
+        best = {f.name: getattr(passage, f.name) for f in fields(Passage)}
+        best["score"] = ranking.fused[doc]
+        return SimilarHit(
+            **best,
+            scores=ranking.scores(doc, rank),
+            passages=(passage,),
+            terms=shared,
+            query_passage=query_passage,
+        )
 
     def _documents(
         self,

@@ -22,6 +22,7 @@ from docsearch.app.finetune_cmd import finetune_command
 from docsearch.app.index_cmd import index
 from docsearch.app.models_cmd import models_app
 from docsearch.app.search_cmd import search
+from docsearch.app.similar_cmd import similar
 from docsearch.app.ui_cmd import ui_command
 
 app = typer.Typer(
@@ -35,6 +36,7 @@ app = typer.Typer(
 # `--help` lists commands in this order, then the groups.
 app.command("index")(index)
 app.command("search")(search)
+app.command("similar")(similar)
 app.command("doctor")(doctor)
 app.command("eval")(eval_command)
 app.command("finetune")(finetune_command)

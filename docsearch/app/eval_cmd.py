@@ -51,14 +51,21 @@ def eval_command(
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the --max-docs sample.")] = 0,
     max_tokens: MaxTokensOption = None,
+    similar: Annotated[
+        bool,
+        typer.Option(
+            "--similar", help="Read each query as a document: search as `docsearch similar`."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Score search on a labelled dataset: nDCG@10, Recall@10, Recall@100, MRR@10.
 
     Indexes the corpus into a temporary collection with the real pipeline, runs the queries and
     scores documents as search ranks them. With spans.jsonl (CUAD) it also reports how often a
-    top-k passage overlaps the answer. `--mode lexical` without --encoder
-    needs no model (SciFact: about a minute on 2 cores).
+    top-k passage overlaps the answer. `--similar` reads each query as a whole document
+    (irled2017-precedent: a case, to find the prior cases it cites). `--mode lexical` without
+    --encoder needs no model (SciFact: about a minute on 2 cores).
     """
     from docsearch.app.progress import ConsoleProgress
     from docsearch.config import Settings
@@ -69,6 +76,12 @@ def eval_command(
     rset = load_dataset(dataset, split, task).subsample(max_docs, seed)
     with ConsoleProgress(f"indexing {rset.name}") as progress:
         result = evaluate_dataset(
-            rset, encoder=encoder, options=options, mode=mode, settings=settings, progress=progress
+            rset,
+            encoder=encoder,
+            options=options,
+            mode=mode,
+            settings=settings,
+            progress=progress,
+            similar=similar,
         )
     typer.echo(json.dumps(result.as_dict(), indent=2) if as_json else result.summary())

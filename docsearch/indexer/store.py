@@ -973,6 +973,13 @@ class Store:
     def count_documents(self) -> int:
         return int(self._read("docs").count_rows())
 
+    def documents(
+        self, columns: Sequence[str], where: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Rows of the docs table (`where`: docsearch's own SQL), read a batch at a time."""
+        for batch in self._read("docs").to_batches(columns=list(columns), filter=where):
+            yield from batch.to_pylist()
+
     def search_text(self, query: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
         """The `k` best chunks for `query` by BM25 over `text` (stemmed words), best first."""
         return self._search_fts(query, k, where)

@@ -1,0 +1,206 @@
+"""Query by document: what `Retriever.similar` needs besides the search legs and the fusion.
+
+The query document is a file outside the collection (extracted and chunked as indexing would
+do it), text already extracted (`docsearch eval --similar`), or a document of the collection
+(named by its path or doc id: its text, chunks and stored doc-mean vector are read back).
+A whole document is too long to be a query as it stands (an 8k-word OR query is slow and is
+dominated by common words), so the lexical side keeps its key terms: those of highest BM25
+weight in the query document against the collection's own statistics (document frequencies and
+mean length, counted once per collection version). Each result is explained by the key terms
+both documents contain and, in each document, the passage holding most of them (with its pages).
+Not here: the legs and their fusion (`retriever.py`, `fusion.SIMILAR_RULES`), reading Lance
+(`indexer/store.py`), rendering (`app/similar_cmd.py`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from docsearch.errors import ExtractionError, UsageError
+from docsearch.indexer.store import RESULT_COLUMNS, ChunkView, Store, sql_in, sql_str
+
+if TYPE_CHECKING:
+    from docsearch.encoders.base import Encoder
+    from docsearch.indexer.extract import Document
+
+# Words as the docs table's full-text index splits them (letters and digits, lower-cased; it
+# drops tokens over 40 characters): its counts and these agree to 0.01% on irled2017-precedent.
+WORD = re.compile(r"[^\W_]+")
+MAX_WORD_CHARS = 40
+# Query terms kept from the query document: chosen on a seeded half of irled2017-precedent's
+# queries (benchmarks/similar.py, results/similar.md).
+MAX_TERMS = 150
+REPEATS = 4  # how often the best key term is written in the query (see lexical_query)
+EXPLAIN_TERMS = 10  # shared key terms a result shows, and that pick its passage pair
+K1, B = 1.2, 0.75  # the query document's term weights (BM25's usual values)
+
+
+def words(text: str) -> list[str]:
+    return [w for w in WORD.findall(text.lower()) if len(w) <= MAX_WORD_CHARS]
+
+
+@dataclass(frozen=True)
+class TermStats:
+    """A collection's word statistics: documents, their mean length in words, and for each
+    word the number of documents that hold it."""
+
+    documents: int
+    mean_length: float
+    df: Mapping[str, int]
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> TermStats:
+        df: Counter[str] = Counter()
+        documents = total = 0
+        for text in texts:
+            tokens = words(text)
+            documents, total = documents + 1, total + len(tokens)
+            df.update(set(tokens))
+        return cls(documents, total / documents if documents else 0.0, df)
+
+    def key_terms(self, text: str, limit: int, min_df: int = 1) -> list[tuple[str, float]]:
+        """The `limit` words of `text` of highest BM25 weight, with it, best first. A word fewer
+        than `min_df` documents hold can match nothing (2 when the query is one of them)."""
+        counts = Counter(words(text))
+        length = sum(counts.values())
+        norm = K1 * (1 - B + B * length / (self.mean_length or 1.0))
+        weights = {}
+        for word, tf in counts.items():
+            df = self.df.get(word, 0)
+            if df >= min_df:
+                idf = math.log(1 + (self.documents - df + 0.5) / (df + 0.5))
+                weights[word] = idf * tf * (K1 + 1) / (tf + norm)
+        return sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+
+@lru_cache(maxsize=4)
+def _stats(db: str, name: str, version: float) -> TermStats:
+    # `version` (the last write) is only the cache key: a re-indexed collection is counted again.
+    return TermStats.of(row["text"] for row in Store.open(db, name).documents(["text"]))
+
+
+def collection_stats(store: Store) -> TermStats:
+    """The collection's TermStats, counted once per version (about 5 s per 15M words)."""
+    return _stats(store.uri, store.name, store.last_write())
+
+
+@dataclass(frozen=True)
+class QueryDocument:
+    """The document results must resemble. `doc_id` is set when it is in the collection (it is
+    then left out of the results); `vector` is its doc-mean vector when one was asked for."""
+
+    path: str
+    text: str
+    chunks: Sequence[ChunkView]
+    doc_id: str | None = None
+    vector: np.ndarray | None = None
+
+
+def query_document(
+    store: Store, source: str | Path | Document, encoder: Encoder | None
+) -> QueryDocument:
+    """`source` as a QueryDocument: a Document (already extracted), a file (in the collection
+    or not), or the path or doc id of a document of the collection. `encoder` (None: lexical
+    only) embeds a document the collection does not hold."""
+    from docsearch.indexer.extract import Document, extract
+
+    if isinstance(source, Document):
+        return _outside(store, source, encoder)
+    file = Path(source).expanduser()
+    names = [str(source)]
+    if file.is_file():
+        names = [str(file.absolute()), str(file.resolve()), str(source)]
+    found = _stored(store, names, encoder is not None)
+    if found is not None:
+        return found
+    if file.is_dir():
+        raise UsageError(f"{source} is a folder; give one file as the query document")
+    if not file.exists():
+        raise UsageError(
+            f"{source} is neither a file nor a document of collection {store.name!r} "
+            "(give a file, or a path or doc id as `docsearch search --json` shows them)"
+        )
+    try:
+        doc = extract(file, display_path=str(file.absolute()))
+    except ExtractionError as exc:
+        raise UsageError(f"cannot read the query document {source}: {exc}") from None
+    return _outside(store, doc, encoder)
+
+
+def _stored(store: Store, names: Sequence[str], with_vector: bool) -> QueryDocument | None:
+    """The collection's document whose path or doc id is one of `names`, if any."""
+    where = f"{sql_in('path', names)} OR {sql_in('doc_id', names)}"
+    columns = ["doc_id", "path", "text", *(["vector"] if with_vector else [])]
+    rows = list(store.documents(columns, where))
+    if not rows:
+        return None
+    row = rows[0]
+    chunks = store.rows(f"doc_id = {sql_str(row['doc_id'])}", RESULT_COLUMNS)
+    views = sorted((chunk_view(c) for c in chunks), key=lambda c: c.ordinal)
+    vector = np.asarray(row["vector"], dtype=np.float32) if with_vector else None
+    return QueryDocument(row["path"], row["text"], views, row["doc_id"], vector)
+
+
+def _outside(store: Store, doc: Document, encoder: Encoder | None) -> QueryDocument:
+    """A document the collection does not hold, chunked as the collection was (and embedded
+    with its encoder when one is given)."""
+    from docsearch.indexer.chunk import ChunkerSettings
+    from docsearch.indexer.collection import make_chunker
+    from docsearch.indexer.pipeline import chunk_rows
+    from docsearch.indexer.store import document_rows
+
+    chunker = make_chunker(encoder, ChunkerSettings(**store.meta.chunker))
+    rows = chunk_rows(doc, chunker.chunk(doc), file_sha="")
+    if not rows or not words(doc.text):
+        raise UsageError(f"the query document {doc.path} has no words to compare")
+    vector = None
+    if encoder is not None:
+        vectors = encoder.encode_documents([row["text"] for row in rows])
+        for row, one in zip(rows, vectors, strict=True):
+            row["vector"] = one
+        vector = np.asarray(document_rows(rows)[0]["vector"], dtype=np.float32)
+    views = [chunk_view(row) for row in rows]
+    return QueryDocument(doc.path, doc.text, views, vector=vector)
+
+
+def chunk_view(row: Mapping[str, Any]) -> ChunkView:
+    """A chunk row (its id as `id`) as a ChunkView."""
+    names = [f.name for f in fields(ChunkView)]
+    return ChunkView(**{n: row["id" if n == "chunk_id" else n] for n in names})
+
+
+def lexical_query(terms: Sequence[tuple[str, float]]) -> str:
+    """The whole-document BM25 query for the key terms (best first): the index adds up a term's
+    score once per time it is written, so each is written in proportion to its weight, the best
+    REPEATS times, every one at least once."""
+    if not terms:
+        return ""
+    best = terms[0][1]
+    return " ".join(" ".join([t] * max(1, round(REPEATS * w / best))) for t, w in terms)
+
+
+def best_passage(
+    chunks: Sequence[ChunkView], weights: Mapping[str, float]
+) -> tuple[ChunkView, float]:
+    """The chunk holding the most of the weighted terms (their weights summed; the first of
+    equals), and that sum."""
+    scored = [(sum(weights[w] for w in set(words(c.text)) & weights.keys()), c) for c in chunks]
+    score, chunk = max(scored, key=lambda pair: (pair[0], -pair[1].ordinal))
+    return chunk, score
+
+
+def shared_terms(
+    terms: Sequence[tuple[str, float]], chunks: Sequence[ChunkView], limit: int = EXPLAIN_TERMS
+) -> dict[str, float]:
+    """The first `limit` key terms (best first) that `chunks` (one document) contain."""
+    held = {w for c in chunks for w in words(c.text)}
+    return dict([(term, weight) for term, weight in terms if term in held][:limit])
