@@ -27,7 +27,7 @@ def collections_list(
 
     db = Settings.resolve(db=db).db
     names = list_collections(db)
-    infos = [_collection_info(db, n) for n in names]
+    infos = [collection_info(db, n) for n in names]
     if as_json:
         typer.echo(json.dumps(infos, indent=2))
         return
@@ -39,7 +39,7 @@ def collections_list(
         )
 
 
-def _collection_info(db: str, name: str) -> dict[str, Any]:
+def collection_info(db: str, name: str) -> dict[str, Any]:
     from docsearch.encoders.base import describe
     from docsearch.indexer.store import Store
 
@@ -69,7 +69,7 @@ def collections_info(
     from docsearch.indexer.store import resolve_collection
 
     db = Settings.resolve(db=db).db
-    typer.echo(json.dumps(_collection_info(db, resolve_collection(db, name)), indent=2))
+    typer.echo(json.dumps(collection_info(db, resolve_collection(db, name)), indent=2))
 
 
 @collections_app.command("drop")
