@@ -386,7 +386,9 @@ def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per rou
             raise ApiError(404, f"no index job {job_id!r}")
         return _job_view(found)
 
-    @app.api_route(f"{API}/{{rest:path}}", methods=["GET", "POST", "PUT", "DELETE"], include_in_schema=False)
+    @app.api_route(
+        f"{API}/{{rest:path}}", methods=["GET", "POST", "PUT", "DELETE"], include_in_schema=False
+    )
     def unknown(rest: str) -> Response:
         return _error(404, f"no such endpoint: {API}/{rest}")
 
