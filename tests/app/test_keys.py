@@ -63,3 +63,18 @@ def test_an_unkeyed_loopback_server_answers_without_a_key_and_serves_the_ui(
         page = client.get("/", key=None)
         assert page.status == 200 and b"gradio" in page.body.lower()
         assert client.get("/gradio_api/info", key=None).status == 404  # the UI's allow-list
+
+
+def test_the_docker_default_command_serves_beyond_loopback_only_with_a_key(
+    tmp_path: Path,
+) -> None:
+    from tests.helpers import REPO
+
+    cmd = next(
+        line for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("CMD")
+    )
+    argv = json.loads(cmd.removeprefix("CMD"))
+    assert argv[:3] == ["serve", "--host", "0.0.0.0"]
+    env = {"DOCSEARCH_KEYS": str(tmp_path / "keys.json"), "DOCSEARCH_DB": str(tmp_path / "db")}
+    refused = run_cli(*argv, env=env)
+    assert refused.returncode == 2 and "create a key first" in refused.stderr

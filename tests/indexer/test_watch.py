@@ -66,7 +66,9 @@ def indexed(db: str) -> dict[str, str] | None:
     per_file = {p: sum(r["path"] == p for r in rows) for p in records}
     assert len(ids) == len(set(ids)) == len(spots), "duplicate chunks"
     # The two tables are read one after the other: a commit between them is not a verdict.
-    if not {r["path"] for r in rows} <= set(records) or any(per_file[p] != r.n_chunks or r.status != "indexed" for p, r in records.items()):
+    if not {r["path"] for r in rows} <= set(records) or any(
+        per_file[p] != r.n_chunks or r.status != "indexed" for p, r in records.items()
+    ):
         return None
     return {Path(p).relative_to(_root(p)).as_posix(): r.sha256 for p, r in records.items()}
 
