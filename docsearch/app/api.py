@@ -172,7 +172,8 @@ class Jobs:
             for old in finished[: max(0, len(self._jobs) - KEPT_JOBS)]:
                 del self._jobs[old]
             self._jobs[job.id] = job
-        threading.Thread(target=job.run, args=(settings,), name=f"index-{collection}").start()
+        # A daemon: stopping the server stops the run, which resumes on the next one.
+        threading.Thread(target=job.run, args=(settings,), daemon=True).start()
         return job
 
     def all(self) -> list[IndexJob]:
