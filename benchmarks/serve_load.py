@@ -110,9 +110,10 @@ def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         for thread in threads:
             thread.join(timeout=max(0.0, args.seconds - (time.perf_counter() - started)))
         stop.set()
-        for thread in [*threads, writer]:
+        for thread in threads:
             thread.join()
-        elapsed = time.perf_counter() - started
+        elapsed = time.perf_counter() - started  # the clients' time; the writer's job ends after
+        writer.join()
     latencies = [x for lat, _ in results for x in lat]
     errors = [e for _, errs in results for e in errs]
     return {

@@ -86,7 +86,7 @@ class Access:
 
 def access(request: Request) -> Access:
     """The FastAPI dependency that checks the Bearer key."""
-    state: ServerState = request.app.state.docsearch
+    state = state_of(request)
     if not (state.require_keys or state.keys.records()):
         return Access(None)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")

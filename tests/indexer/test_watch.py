@@ -154,3 +154,31 @@ def _kill_once_partly_written(process: subprocess.Popen[bytes], db: str, log: Pa
             return
         time.sleep(0.05)
     raise AssertionError(f"never saw the run part-way\n{log.read_text()[-3000:]}")
+
+
+def test_watch_in_process_follows_a_new_and_a_deleted_file_and_stops(tmp_path: Path) -> None:
+    import threading
+
+    from docsearch.config import Settings
+    from docsearch.indexer.watch import watch
+
+    folder, db = tmp_path / "watched", str(tmp_path / "db")
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha clause.\n")
+    stop, log = threading.Event(), tmp_path / "none.log"
+    log.write_text("")
+    settings = Settings(db=db)
+    kwargs = {"settings": settings, "collection": NAME, "encoder": "hashing", "quiet": 0.2}
+    thread = threading.Thread(target=watch, args=(folder,), kwargs={**kwargs, "stop": stop})
+    thread.start()
+    try:
+        converges(db, folder, log)
+        (folder / "b.md").write_text("# B\n\nBeta clause.\n")
+        converges(db, folder, log)
+        (folder / "a.md").unlink()
+        converges(db, folder, log)
+        assert set(on_disk(folder)) == {"b.md"}
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
