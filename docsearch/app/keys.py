@@ -65,11 +65,11 @@ class KeyStore:
     def records(self) -> list[KeyRecord]:
         try:
             raw = json.loads(self.path.read_text())
+            return [KeyRecord(**{**r, "collections": tuple(r["collections"])}) for r in raw]
         except FileNotFoundError:
             return []
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read the key file {self.path}: {exc}") from None
-        return [KeyRecord(**{**r, "collections": tuple(r["collections"])}) for r in raw]
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise UsageError(f"cannot read the key file {self.path}: {exc!r}") from None
 
     def create(self, collections: tuple[str, ...], index: bool = False) -> tuple[str, KeyRecord]:
         """A new key (returned once, never stored) and its record."""

@@ -78,3 +78,13 @@ def test_the_docker_default_command_serves_beyond_loopback_only_with_a_key(
     env = {"DOCSEARCH_KEYS": str(tmp_path / "keys.json"), "DOCSEARCH_DB": str(tmp_path / "db")}
     refused = run_cli(*argv, env=env)
     assert refused.returncode == 2 and "create a key first" in refused.stderr
+
+
+@pytest.mark.parametrize("content", ["{not json", '[{"id": 1}]', '{"a": 1}', "[1]"])
+def test_a_damaged_key_file_is_a_usage_error(tmp_path: Path, content: str) -> None:
+    from docsearch.app.keys import KeyStore
+    from docsearch.errors import UsageError
+
+    (tmp_path / "keys.json").write_text(content)
+    with pytest.raises(UsageError, match="cannot read the key file"):
+        KeyStore(tmp_path / "keys.json").check("ds_anything")
