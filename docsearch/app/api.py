@@ -13,6 +13,7 @@ Not here: keys (`keys.py`), the command (`serve_cmd.py`), indexing (`docsearch.i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -195,21 +196,29 @@ class ServerState:
     root: Path | None = None  # folders under it may be indexed through the API
     jobs: Jobs = field(default_factory=Jobs)
     _retrievers: dict[str, Retriever] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _opening: threading.Lock = field(default_factory=threading.Lock)
 
     def retriever(self, name: str) -> Retriever:
-        """The collection's retriever, reopened once the collection was rebuilt or dropped."""
+        """The collection's retriever, reopened once the collection was rebuilt or dropped.
+
+        Opening is one at a time, its encoder loaded then: requests that arrive meanwhile wait
+        for that one load instead of each loading the model."""
         from docsearch.indexer.store import validate_name
 
         validate_name(name)
-        with self._lock:
-            cached = self._retrievers.get(name)
+        cached = self._retrievers.get(name)
         if cached is not None and cached.store.is_current():
             return cached
-        fresh = Retriever(name, settings=self.settings)
-        with self._lock:
+        with self._opening:
+            cached = self._retrievers.get(name)
+            if cached is not None and cached.store.is_current():
+                return cached
+            fresh = Retriever(name, settings=self.settings)
+            if fresh.store.has_vectors:
+                with contextlib.suppress(EncoderUnavailableError):  # lexical answers instead
+                    fresh.encoder()
             self._retrievers[name] = fresh
-        return fresh
+            return fresh
 
     def guard(self, name: str) -> DocumentGuard:
         from docsearch.app.web.files import DocumentGuard
