@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -98,6 +98,8 @@ def access(request: Request) -> Access:
         raise ApiError(401, "unknown or revoked key")
     return Access(record)
 
+
+Who = Annotated[Access, Depends(access)]  # a route's `who: Who` checks the key first
 
 # ---------------------------------------------------------------------------------------------
 # Index jobs
@@ -281,13 +283,13 @@ def _document_rows(state: ServerState, name: str, doc_id: str) -> list[dict[str,
     return sorted(rows, key=lambda r: r["ordinal"])
 
 
-def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per route
+def add_routes(app: FastAPI) -> None:
     @app.get(f"{API}/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "version": __version__}
 
     @app.get(f"{API}/collections")
-    def collections(request: Request, who: Access = Depends(access)) -> list[dict[str, Any]]:  # noqa: B008
+    def collections(request: Request, who: Who) -> list[dict[str, Any]]:
         from docsearch.app.collections_cmd import collection_info
         from docsearch.indexer.store import list_collections
 
@@ -295,7 +297,7 @@ def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per rou
         return [collection_info(db, n) for n in list_collections(db) if who.reads(n)]
 
     @app.get(f"{API}/collections/{{name}}")
-    def collection(name: str, request: Request, who: Access = Depends(access)) -> dict[str, Any]:  # noqa: B008
+    def collection(name: str, request: Request, who: Who) -> dict[str, Any]:
         from docsearch.app.collections_cmd import collection_info
 
         who.require(name)
@@ -303,12 +305,7 @@ def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per rou
         return collection_info(state.settings.db, state.retriever(name).collection)
 
     @app.post(f"{API}/collections/{{name}}/search")
-    def search(
-        name: str,
-        body: SearchRequest,
-        request: Request,
-        who: Access = Depends(access),  # noqa: B008
-    ) -> dict[str, Any]:
+    def search(name: str, body: SearchRequest, request: Request, who: Who) -> dict[str, Any]:
         who.require(name)
         retriever = state_of(request).retriever(name)
         started = time.perf_counter()
@@ -321,12 +318,7 @@ def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per rou
         }
 
     @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}")
-    def document(
-        name: str,
-        doc_id: str,
-        request: Request,
-        who: Access = Depends(access),  # noqa: B008
-    ) -> dict[str, Any]:
+    def document(name: str, doc_id: str, request: Request, who: Who) -> dict[str, Any]:
         who.require(name)
         state = state_of(request)
         rows = _document_rows(state, name, doc_id)
@@ -342,13 +334,7 @@ def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per rou
         }
 
     @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}/pages/{{number}}")
-    def page(
-        name: str,
-        doc_id: str,
-        number: int,
-        request: Request,
-        who: Access = Depends(access),  # noqa: B008
-    ) -> dict[str, Any]:
+    def page(name: str, doc_id: str, number: int, request: Request, who: Who) -> dict[str, Any]:
         from docsearch.indexer.extract import extract
 
         who.require(name)
@@ -361,12 +347,7 @@ def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per rou
         return {"doc_id": doc_id, "number": number, "text": doc.pages[number - 1].text}
 
     @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}/file")
-    def original(
-        name: str,
-        doc_id: str,
-        request: Request,
-        who: Access = Depends(access),  # noqa: B008
-    ) -> Response:
+    def original(name: str, doc_id: str, request: Request, who: Who) -> Response:
         from docsearch.app.web.files import file_headers
 
         who.require(name)
@@ -377,10 +358,7 @@ def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per rou
 
     @app.post(f"{API}/collections/{{name}}/index-jobs", status_code=202)
     def start_job(
-        name: str,
-        request: Request,
-        body: IndexRequest | None = None,
-        who: Access = Depends(access),  # noqa: B008
+        name: str, request: Request, who: Who, body: IndexRequest | None = None
     ) -> dict[str, Any]:
         from docsearch.indexer.store import validate_name
 
@@ -390,7 +368,7 @@ def add_routes(app: FastAPI) -> None:  # noqa: C901 - one short function per rou
         return _job_view(state.jobs.start(name, folder, state.settings))
 
     @app.get(f"{API}/index-jobs/{{job_id}}")
-    def job(job_id: str, request: Request, who: Access = Depends(access)) -> dict[str, Any]:  # noqa: B008
+    def job(job_id: str, request: Request, who: Who) -> dict[str, Any]:
         found = state_of(request).jobs.get(job_id)
         if found is None or not who.reads(found.collection):
             raise ApiError(404, f"no index job {job_id!r}")
