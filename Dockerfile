@@ -2,6 +2,9 @@
 #   CPU:  docker build -t docsearch .
 #   CUDA: docker build -t docsearch:cuda --build-arg VARIANT=cuda .
 # Run:   docker run --rm -v "$PWD/contracts:/docs:ro" -v docsearch-data:/data docsearch index /docs
+# Serve: docker run --rm -v docsearch-data:/data docsearch keys create --collections docs
+#        docker run --rm -p 7860:7860 -v docsearch-data:/data docsearch
+#        (the default command serves the API on 0.0.0.0, which refuses to start without a key)
 FROM python:3.11-slim-bookworm
 
 # cpu: torch from the CPU wheel index; cuda: CUDA 12.8 wheels plus the flash-attn extra.
@@ -34,4 +37,4 @@ USER 10001
 VOLUME ["/data"]
 EXPOSE 7860
 ENTRYPOINT ["docsearch"]
-CMD ["--help"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "7860"]

@@ -20,10 +20,13 @@ from docsearch.app.doctor_cmd import doctor
 from docsearch.app.eval_cmd import eval_command
 from docsearch.app.finetune_cmd import finetune_command
 from docsearch.app.index_cmd import index
+from docsearch.app.keys_cmd import keys_app
 from docsearch.app.models_cmd import models_app
 from docsearch.app.search_cmd import search
+from docsearch.app.serve_cmd import serve_command
 from docsearch.app.similar_cmd import similar
 from docsearch.app.ui_cmd import ui_command
+from docsearch.app.watch_cmd import watch_command
 
 app = typer.Typer(
     name="docsearch",
@@ -41,8 +44,11 @@ app.command("doctor")(doctor)
 app.command("eval")(eval_command)
 app.command("finetune")(finetune_command)
 app.command("ui")(ui_command)
+app.command("serve")(serve_command)
+app.command("watch")(watch_command)
 app.add_typer(collections_app, name="collections")
 app.add_typer(models_app, name="models")
+app.add_typer(keys_app, name="keys")
 
 
 @app.callback()

@@ -23,7 +23,7 @@ def collections_list(as_json: JsonOption = False, db: DbOption = None) -> None:
     from docsearch.indexer.store import list_collections
 
     db = Settings.resolve(db=db).db
-    infos = [_collection_info(db, n) for n in list_collections(db)]
+    infos = [collection_info(db, n) for n in list_collections(db)]
     if as_json:
         typer.echo(json.dumps(infos, indent=2))
         return
@@ -35,7 +35,7 @@ def collections_list(as_json: JsonOption = False, db: DbOption = None) -> None:
         )
 
 
-def _collection_info(db: str, name: str) -> dict[str, Any]:
+def collection_info(db: str, name: str) -> dict[str, Any]:
     from docsearch.encoders.base import describe
     from docsearch.indexer.store import Store
 
@@ -65,7 +65,7 @@ def collections_info(
     from docsearch.indexer.store import resolve_collection
 
     db = Settings.resolve(db=db).db
-    typer.echo(json.dumps(_collection_info(db, resolve_collection(db, name)), indent=2))
+    typer.echo(json.dumps(collection_info(db, resolve_collection(db, name)), indent=2))
 
 
 @collections_app.command("drop")

@@ -1,0 +1,480 @@
+"""The REST API of `docsearch serve` (FastAPI): search, documents, collections, index jobs, health.
+
+Routes live under `/api/v1`; the schema is `/openapi.json`, its page `/docs`. Everything but
+health needs `Authorization: Bearer KEY` once keys are in force (any key exists, or the server
+binds beyond loopback); a key reads only its collections, and starts index jobs only if made
+with `--index`. Search answers with `Retriever.search` and `Hit.as_dict()`; documents are read
+through the UI's `DocumentGuard`; index jobs run the indexing service in a thread, one per
+collection. Every error is JSON `{"error": "..."}` with a 4xx status (a 500 only for a bug,
+without its traceback); request bodies, k and the query are bounded.
+`build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path.
+Not here: keys (`keys.py`), the command (`serve_cmd.py`), indexing (`docsearch.indexer.service`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from docsearch import __version__
+from docsearch.app.keys import KeyRecord, KeyStore
+from docsearch.config import Settings
+from docsearch.errors import (
+    CollectionNotFoundError,
+    DocsearchError,
+    EncoderUnavailableError,
+    UsageError,
+)
+from docsearch.retriever import MAX_K, MAX_QUERY_CHARS, Retriever
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from docsearch.app.web.files import DocumentGuard
+
+log = logging.getLogger(__name__)
+
+API = "/api/v1"
+MAX_BODY_BYTES = 256 * 1024  # a longest query, escaped in JSON (\uXXXX: 6 bytes a character), fits
+KEPT_JOBS = 100  # finished jobs remembered for their results
+_DOC_ID = re.compile(r"^[0-9a-f]{16}$")
+PASSAGE_COLUMNS = ["id", "ordinal", "page_start", "page_end", "char_start", "char_end"]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys
+
+
+@dataclass(frozen=True)
+class Access:
+    """What the request's key may do; `key` None: keys are not in force (loopback, none made)."""
+
+    key: KeyRecord | None
+
+    def reads(self, collection: str) -> bool:
+        return self.key is None or self.key.reads(collection)
+
+    def require(self, collection: str, index: bool = False) -> None:
+        if not self.reads(collection):
+            raise ApiError(403, f"this key does not give access to collection {collection!r}")
+        if index and self.key is not None and not self.key.index:
+            raise ApiError(403, "this key may search but not index (create one with --index)")
+
+
+def access(request: Request) -> Access:
+    """The FastAPI dependency that checks the Bearer key."""
+    state = state_of(request)
+    if not (state.require_keys or state.keys.records()):
+        return Access(None)
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "this server needs a key: send 'Authorization: Bearer KEY'")
+    record = state.keys.check(token.strip())
+    if record is None:
+        raise ApiError(401, "unknown or revoked key")
+    return Access(record)
+
+
+Who = Annotated[Access, Depends(access)]  # a route's `who: Who` checks the key first
+
+# ---------------------------------------------------------------------------------------------
+# Index jobs
+
+
+@dataclass
+class IndexJob:
+    """One index run in a thread; also its progress sink (the counters the API reports)."""
+
+    collection: str
+    folder: str
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    state: str = "running"  # then done or failed
+    started_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    files_total: int = 0
+    files_done: int = 0
+    chunks_embedded: int = 0
+    tokens_embedded: int = 0
+    result: dict[str, Any] | None = None  # the IndexReport
+    error: str | None = None
+
+    def start(self, files: int) -> None:
+        self.files_total = files
+
+    def file_done(self, path: str) -> None:
+        self.files_done += 1
+
+    def embedded(self, chunks: int, tokens: int) -> None:
+        self.chunks_embedded += chunks
+        self.tokens_embedded += tokens
+
+    def planned_chunks(self, chunks: int) -> None: ...
+
+    def run(self, settings: Settings) -> None:
+        from docsearch.indexer import service
+
+        try:
+            report = service.index(
+                self.folder, settings=settings, collection=self.collection, progress=self
+            )
+            self.result = asdict(report) | {"files": report.files_line()}
+            self.state = "done"
+        except DocsearchError as exc:
+            self.error, self.state = str(exc), "failed"
+        except Exception:  # a bug: logged here, one line in the job
+            log.exception("index job %s failed", self.id)
+            self.error, self.state = "internal error; see the server log", "failed"
+        finally:
+            self.finished_at = time.time()
+
+
+class Jobs:
+    """The server's index jobs: at most one running per collection."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, IndexJob] = {}
+        self._lock = threading.Lock()
+
+    def start(self, collection: str, folder: Path, settings: Settings) -> IndexJob:
+        from docsearch.indexer.store import writer_lock
+
+        with self._lock:
+            if any(j.collection == collection and j.state == "running" for j in self.all()):
+                raise ApiError(409, f"collection {collection!r} is already being indexed here")
+            try:
+                with writer_lock(settings.db, collection):  # refused now, not in the thread
+                    pass
+            except UsageError as exc:
+                raise ApiError(409, str(exc)) from None
+            job = IndexJob(collection, str(folder))
+            finished = [j.id for j in self.all() if j.state != "running"]
+            for old in finished[: max(0, len(self._jobs) - KEPT_JOBS)]:
+                del self._jobs[old]
+            self._jobs[job.id] = job
+        # A daemon: stopping the server stops the run, which resumes on the next one.
+        threading.Thread(target=job.run, args=(settings,), daemon=True).start()
+        return job
+
+    def all(self) -> list[IndexJob]:
+        return list(self._jobs.values())
+
+    def get(self, job_id: str) -> IndexJob | None:
+        return self._jobs.get(job_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# The server's state
+
+
+@dataclass
+class ServerState:
+    settings: Settings
+    keys: KeyStore
+    require_keys: bool = False  # bound beyond loopback: keys even if none exist
+    root: Path | None = None  # folders under it may be indexed through the API
+    jobs: Jobs = field(default_factory=Jobs)
+    _retrievers: dict[str, Retriever] = field(default_factory=dict)
+    _opening: threading.Lock = field(default_factory=threading.Lock)
+
+    def retriever(self, name: str) -> Retriever:
+        """The collection's retriever, reopened once the collection was rebuilt or dropped.
+
+        Opening is one at a time, its encoder loaded then: requests that arrive meanwhile wait
+        for that one load instead of each loading the model."""
+        from docsearch.indexer.store import validate_name
+
+        validate_name(name)
+        cached = self._retrievers.get(name)
+        if cached is not None and cached.store.is_current():
+            return cached
+        with self._opening:
+            cached = self._retrievers.get(name)
+            if cached is not None and cached.store.is_current():
+                return cached
+            fresh = Retriever(name, settings=self.settings)
+            if fresh.store.has_vectors:
+                with contextlib.suppress(EncoderUnavailableError):  # lexical answers instead
+                    fresh.encoder()
+            self._retrievers[name] = fresh
+            return fresh
+
+    def guard(self, name: str) -> DocumentGuard:
+        from docsearch.app.web.files import DocumentGuard
+
+        return DocumentGuard(self.retriever(name).store, [self.root] if self.root else [])
+
+    def index_folder(self, name: str, folder: str | None) -> Path:
+        """The folder a job indexes: the collection's own, or one under `root`."""
+        from docsearch.app.web.files import resolve_folder
+
+        if folder is None:
+            try:
+                source = self.retriever(name).store.meta.source
+            except CollectionNotFoundError:
+                raise ApiError(400, f"collection {name!r} is new: say which folder") from None
+            if not source:
+                raise ApiError(400, f"collection {name!r} records no folder: say which")
+            return Path(source)
+        if self.root is None:
+            raise ApiError(403, "indexing a folder needs the server started with --root FOLDER")
+        return resolve_folder(self.root, folder)
+
+
+def state_of(request: Request) -> ServerState:
+    return request.app.state.docsearch
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    k: int = Field(10, ge=1, le=MAX_K)
+    mode: str | None = Field(None, description="hybrid, vector or lexical (default: hybrid)")
+    where: str | None = Field(None, description="SQL over chunk columns: page_start >= 3")
+    path: str | None = Field(None, description="glob on the file path: *.pdf")
+    granularity: str = Field("document", description="document or passage")
+
+
+class IndexRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    folder: str | None = Field(None, description="under the server's --root (default: its own)")
+
+
+def _job_view(job: IndexJob) -> dict[str, Any]:
+    return asdict(job) | {"url": f"{API}/index-jobs/{job.id}"}
+
+
+def _document_rows(state: ServerState, name: str, doc_id: str) -> list[dict[str, Any]]:
+    if not _DOC_ID.match(doc_id):
+        raise ApiError(404, "no such document: ids are 16 hex digits, as in search hits")
+    store = state.retriever(name).store
+    rows = store.rows(f"doc_id = '{doc_id}'", columns=[*PASSAGE_COLUMNS, "path", "title", "text"])
+    if not rows:
+        raise ApiError(404, f"no document {doc_id} in collection {name!r}")
+    return sorted(rows, key=lambda r: r["ordinal"])
+
+
+def add_routes(app: FastAPI) -> None:
+    @app.get(f"{API}/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "version": __version__}
+
+    @app.get(f"{API}/collections")
+    def collections(request: Request, who: Who) -> list[dict[str, Any]]:
+        from docsearch.app.collections_cmd import collection_info
+        from docsearch.indexer.store import list_collections
+
+        db = state_of(request).settings.db
+        return [collection_info(db, n) for n in list_collections(db) if who.reads(n)]
+
+    @app.get(f"{API}/collections/{{name}}")
+    def collection(name: str, request: Request, who: Who) -> dict[str, Any]:
+        from docsearch.app.collections_cmd import collection_info
+
+        who.require(name)
+        state = state_of(request)
+        return collection_info(state.settings.db, state.retriever(name).collection)
+
+    @app.post(f"{API}/collections/{{name}}/search")
+    def search(name: str, body: SearchRequest, request: Request, who: Who) -> dict[str, Any]:
+        who.require(name)
+        retriever = state_of(request).retriever(name)
+        started = time.perf_counter()
+        hits = retriever.search(**body.model_dump())
+        return {
+            "collection": name,
+            "mode": body.mode or retriever.default_mode(),
+            "seconds": time.perf_counter() - started,
+            "hits": [hit.as_dict() for hit in hits],
+        }
+
+    @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}")
+    def document(name: str, doc_id: str, request: Request, who: Who) -> dict[str, Any]:
+        who.require(name)
+        state = state_of(request)
+        rows = _document_rows(state, name, doc_id)
+        record = state.retriever(name).store.file_record(rows[0]["path"])
+        passages = [{k: r[k] for k in (*PASSAGE_COLUMNS, "text")} for r in rows]
+        return {
+            "doc_id": doc_id,
+            "path": rows[0]["path"],
+            "title": rows[0]["title"],
+            "pages": max(r["page_end"] for r in rows),
+            "record": asdict(record) if record else None,
+            "passages": passages,
+        }
+
+    @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}/pages/{{number}}")
+    def page(name: str, doc_id: str, number: int, request: Request, who: Who) -> dict[str, Any]:
+        from docsearch.indexer.extract import extract
+
+        who.require(name)
+        state = state_of(request)
+        path = _document_rows(state, name, doc_id)[0]["path"]
+        verified = state.guard(name).open(path)
+        doc = extract(Path(path), verified.data, display_path=path)
+        if not 1 <= number <= len(doc.pages):
+            raise ApiError(404, f"no page {number}: the document has {len(doc.pages)}")
+        return {"doc_id": doc_id, "number": number, "text": doc.pages[number - 1].text}
+
+    @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}/file")
+    def original(name: str, doc_id: str, request: Request, who: Who) -> Response:
+        from docsearch.app.web.files import file_headers
+
+        who.require(name)
+        state = state_of(request)
+        verified = state.guard(name).open(_document_rows(state, name, doc_id)[0]["path"])
+        media, headers = file_headers(verified)
+        return Response(verified.data, media_type=media, headers=headers)
+
+    @app.post(f"{API}/collections/{{name}}/index-jobs", status_code=202)
+    def start_job(
+        name: str, request: Request, who: Who, body: IndexRequest | None = None
+    ) -> dict[str, Any]:
+        from docsearch.indexer.store import validate_name
+
+        who.require(validate_name(name), index=True)
+        state = state_of(request)
+        folder = state.index_folder(name, (body or IndexRequest()).folder)
+        return _job_view(state.jobs.start(name, folder, state.settings))
+
+    @app.get(f"{API}/index-jobs/{{job_id}}")
+    def job(job_id: str, request: Request, who: Who) -> dict[str, Any]:
+        found = state_of(request).jobs.get(job_id)
+        if found is None or not who.reads(found.collection):
+            raise ApiError(404, f"no index job {job_id!r}")
+        return _job_view(found)
+
+    @app.api_route(
+        f"{API}/{{rest:path}}", methods=["GET", "POST", "PUT", "DELETE"], include_in_schema=False
+    )
+    def unknown(rest: str) -> Response:
+        return _error(404, f"no such endpoint: {API}/{rest}")
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every failure as JSON; domain errors by kind, validation errors without their input."""
+    from docsearch.app.web.files import FileRefusedError
+
+    def status_for(exc: DocsearchError) -> int:
+        if isinstance(exc, CollectionNotFoundError):
+            return 404
+        if isinstance(exc, FileRefusedError):
+            return 403
+        return 503 if isinstance(exc, EncoderUnavailableError) else 400
+
+    async def api_error(_: Request, exc: Exception) -> Response:
+        if isinstance(exc, ApiError):
+            return _error(exc.status, str(exc))
+        if isinstance(exc, DocsearchError):
+            return _error(status_for(exc), str(exc))
+        if isinstance(exc, RequestValidationError):
+            details = [{"loc": e["loc"], "msg": e["msg"]} for e in exc.errors()]  # no inputs
+            where = ".".join(str(p) for p in details[0]["loc"]) if details else "request"
+            return _error(
+                422, f"invalid {where}: {details[0]['msg'] if details else ''}", details=details
+            )
+        if isinstance(exc, HTTPException):
+            return _error(exc.status_code, str(exc.detail))
+        log.error("unexpected error", exc_info=exc)
+        return _error(500, "internal error; see the server log")
+
+    for kind in (ApiError, DocsearchError, RequestValidationError, HTTPException, Exception):
+        app.add_exception_handler(kind, api_error)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ASGI app
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class Front:
+    """In front of everything: bodies over MAX_BODY_BYTES are refused (413, whether declared or
+    streamed); API paths go to the API, the rest (and the lifespan) to the UI, if mounted."""
+
+    def __init__(self, api: ASGIApp, ui: ASGIApp | None) -> None:
+        self.api, self.ui = api, ui
+
+    @staticmethod
+    def is_api(path: str) -> bool:
+        return path.startswith(API + "/") or path in ("/openapi.json", "/docs", "/api")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await (self.ui or self.api)(scope, receive, send)
+            return
+        target = self.api if self.is_api(scope["path"]) or self.ui is None else self.ui
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:
+            await _error(413, f"request body over {MAX_BODY_BYTES:,} bytes")(scope, receive, send)
+            return
+        seen, started = 0, False
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                raise _TooLarge
+            return message
+
+        async def watched(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await target(scope, counted, watched)
+        except _TooLarge:
+            if not started:
+                await _error(413, f"request body over {MAX_BODY_BYTES:,} bytes")(
+                    scope, receive, send
+                )
+
+
+def build_app(state: ServerState, ui: ASGIApp | None = None) -> Front:
+    """The API, with `ui` (the gradio app of `web.ui.make_app`) for every other path."""
+    api = FastAPI(
+        title="docsearch",
+        version=__version__,
+        description="Search long documents: hybrid search, documents, collections, index jobs.",
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    api.state.docsearch = state
+    add_routes(api)
+    add_error_handlers(api)
+    return Front(api, ui)

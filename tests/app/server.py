@@ -1,0 +1,84 @@
+"""A real `docsearch serve` on a free localhost port, and a client that sends bytes as given."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import REPO
+from tests.ui.browser import _wait_until_up, free_port
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        assert self.headers.get("content-type", "").startswith("application/json"), self.body[:200]
+        return json.loads(self.body)
+
+
+@dataclass
+class Client:
+    host: str
+    port: int
+    key: str | None = None
+
+    def call(self, method: str, path: str, body: Any = None, key: str | None = "default") -> Reply:
+        """`path` goes out unnormalised; `body` is JSON unless bytes; `key` None sends none."""
+        key = self.key if key == "default" else key
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        try:
+            connection.request(method, path, body=data, headers=headers)
+            response = connection.getresponse()
+            raw = response.read()
+            return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, raw)
+        finally:
+            connection.close()
+
+    def get(self, path: str, **kw: Any) -> Reply:
+        return self.call("GET", path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Reply:
+        return self.call("POST", path, body, **kw)
+
+
+@contextmanager
+def served(env: dict[str, str], *args: str, log: Path | None = None) -> Iterator[Client]:
+    """`docsearch serve ARGS` with `env` (DOCSEARCH_DB, DOCSEARCH_KEYS...) until the block ends."""
+    port = free_port()
+    full = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **env}
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    process = subprocess.Popen(
+        [sys.executable, "-m", "docsearch.app.cli", "serve", "--port", str(port), *args],
+        env=full,
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_until_up(f"http://127.0.0.1:{port}/api/v1/health", process, 120)
+        yield Client("127.0.0.1", port)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if log:
+            out.close()  # type: ignore[union-attr]
