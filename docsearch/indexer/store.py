@@ -153,6 +153,13 @@ def _sql(where: str | ChunkFilter | None) -> str | None:
     return where.sql() if isinstance(where, ChunkFilter) else where
 
 
+def _nearest(vector: np.ndarray, k: int) -> dict[str, Any]:
+    """A cosine nearest-neighbour query for `k` rows. The ANN settings apply only where the
+    table has a vector index; HNSW refuses a beam (ef) narrower than k, hence the max."""
+    query = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
+    return query | ANN_SEARCH | {"ef": max(ANN_SEARCH["ef"], k)}
+
+
 def _candidate(row: dict[str, Any], score: float) -> Candidate:
     """A row of a search read (RESULT_COLUMNS, its score column already taken out)."""
     row["chunk_id"] = row.pop("id")
@@ -922,9 +929,11 @@ class Store:
         """The `k` chunks nearest to `vector` by cosine similarity, best first."""
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
-        nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
-        nearest.update(ANN_SEARCH)  # used only when the table has a vector index
-        scan = {"nearest": nearest, "prefilter": True, "columns": [*RESULT_COLUMNS, "_distance"]}
+        scan = {
+            "nearest": _nearest(vector, k),
+            "prefilter": True,
+            "columns": [*RESULT_COLUMNS, "_distance"],
+        }
         # Lance reports the cosine distance; candidates score by similarity (higher is better).
         return [_candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
 
@@ -944,9 +953,7 @@ class Store:
         """The `k` documents whose mean chunk vector is nearest to `vector` (cosine), best first."""
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
-        nearest = {"column": "vector", "q": vector.astype(np.float32), "k": k, "metric": "cosine"}
-        nearest.update(ANN_SEARCH)  # used only when the table has a vector index
-        rows = self._search_documents(where, "_distance", {"nearest": nearest})
+        rows = self._search_documents(where, "_distance", {"nearest": _nearest(vector, k)})
         return [self._doc(r, 1.0 - r.pop("_distance")) for r in rows]
 
     def _search_documents(

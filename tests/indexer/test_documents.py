@@ -120,3 +120,27 @@ def test_a_lexical_only_collection_has_documents_without_vectors(tmp_path: Path)
     assert len(store.search_documents_text("indemnification", 5, None)) == 1
     with pytest.raises(UsageError, match="lexical only"):
         store.search_documents_vector(np.ones(8, dtype=np.float32), 5, None)
+
+
+def test_vector_search_deeper_than_the_ann_beam_answers_on_an_indexed_table(
+    tmp_path: Path,
+) -> None:
+    """Document search asks the vector legs for 500 rows; past VECTOR_INDEX_MIN_ROWS the tables
+    have an HNSW index, which refuses k above its beam (ef) unless the query widens it."""
+    from docsearch.indexer.store import ANN_SEARCH, IndexBuild
+    from docsearch.retriever import CHUNK_POOL, DOC_POOL
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(40):
+        (root / f"d{i}.md").write_text(f"# Doc {i}\n\n{FILLER} Item {i}.\n\n{FILLER}\n")
+    db = str(tmp_path / "db")
+    index_into(db, root, options={"max_tokens": 12})
+    store = Store.open(db, "c")
+    store.refresh_indexes(IndexBuild(vector_min_rows=1))
+    assert {"vector_idx"} <= {i.name for i in store.chunks.list_indices()}
+    assert min(CHUNK_POOL, DOC_POOL) > ANN_SEARCH["ef"]  # the case that failed
+    query = np.asarray(next(iter(documents(db).values()))["vector"], dtype=np.float32)
+    chunks = store.search_vector(query, CHUNK_POOL, None)
+    assert len(chunks) == store.count_chunks()  # fewer rows than k: every one of them
+    assert len(store.search_documents_vector(query, DOC_POOL, None)) == 40
