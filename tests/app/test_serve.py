@@ -134,7 +134,7 @@ def test_search_answers_the_retrievers_hits_with_per_leg_scores(site: Site) -> N
     )
     assert [h["chunk_id"] for h in found] == [h.chunk_id for h in expected]
     assert found[0]["path"] == site.corpus.doc("policy.pdf")
-    assert set(found[0]["scores"]) == {"dense", "lexical"}
+    assert set(found[0]["scores"]) == {"dense", "lexical", "doc_dense", "doc_lexical", "fused"}
     for got, want in zip(found, expected, strict=True):
         assert got["score"] == pytest.approx(want.score, rel=1e-6)
     passages = _search(site.as_("docs"), granularity="passage", mode="lexical").json()
