@@ -187,8 +187,33 @@ def recall_vs_exact(store: Any, vectors: np.ndarray) -> float | None:
     return float(np.mean(hits))
 
 
+def leg_latency(store: Any, queries: list[str], vectors: np.ndarray) -> dict[str, Any]:
+    """p50/p95 of each search leg alone, at the pool depth document search asks for."""
+    from docsearch.retriever import CHUNK_POOL, DOC_POOL
+
+    legs = {
+        "chunk BM25": lambda q, v: store.search_text(q, CHUNK_POOL, None),
+        "chunk vector": lambda q, v: store.search_vector(v, CHUNK_POOL, None),
+        "document BM25": lambda q, v: store.search_documents_text(q, DOC_POOL, None),
+        "document vector": lambda q, v: store.search_documents_vector(v, DOC_POOL, None),
+    }
+    out = {}
+    for leg, run in legs.items():
+        run(queries[0], vectors[0])  # warm caches
+        times = []
+        for q, v in zip(queries, vectors, strict=True):
+            t0 = time.perf_counter()
+            run(q, v)
+            times.append((time.perf_counter() - t0) * 1000)
+        out[leg] = {
+            "p50_ms": float(np.percentile(times, 50)),
+            "p95_ms": float(np.percentile(times, 95)),
+        }
+    return out
+
+
 def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
-    from docsearch.indexer.store import CollectionMeta, Store
+    from docsearch.indexer.store import CollectionMeta, Store, _drop_tables
     from docsearch.retriever import Retriever
 
     rng = np.random.default_rng(0)
@@ -203,10 +228,22 @@ def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
             store.chunks.add(synthetic_rows(min(10000, size - lo), rng, vocab))
         store.refresh_indexes()
         build = time.perf_counter() - start
+        # The rows went in beside Store.commit, so the documents come from the backfill path
+        # (what `docsearch index` does for a collection built before the docs table).
+        start = time.perf_counter()
+        _drop_tables(store.db, store.uri, name, ["docs"])
+        store.ensure_documents()
+        docs_build = time.perf_counter() - start
         queries = [" ".join(rng.choice(vocab[:2000], size=3)) for _ in range(n_queries)]
         vectors = clustered(n_queries, rng, CENTROIDS)
         retriever = Retriever(name, db=db, encoder=PrecomputedQueries(vectors))  # type: ignore[arg-type]
-        out[str(size)] = {"build_s": build, "recall_at_10": recall_vs_exact(store, vectors[:50])}
+        out[str(size)] = {
+            "build_s": build,
+            "docs_build_s": docs_build,
+            "documents": store.count_documents(),
+            "recall_at_10": recall_vs_exact(store, vectors[:50]),
+            "legs": leg_latency(store, queries, vectors),
+        }
         print(f"recall@10 at {size}: {out[str(size)]['recall_at_10']}", file=sys.stderr)
         for mode in ("lexical", "vector", "hybrid"):
             retriever.search(queries[0], k=10, mode=mode)  # warm caches
@@ -254,6 +291,28 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {int(size):,} | {mode} | {modes[mode]['p50_ms']:.1f} | {modes[mode]['p95_ms']:.1f} |"
             )
+    lines += [
+        "",
+        "Each search leg alone, at the depth document search asks for (500 chunks or documents):",
+        "",
+        "| chunks | documents | leg | p50 ms | p95 ms |",
+        "|---|---|---|---|---|",
+    ]
+    for size, modes in result["latency"].items():
+        for leg, t in modes.get("legs", {}).items():
+            lines.append(
+                f"| {int(size):,} | {modes['documents']:,} | {leg} | {t['p50_ms']:.1f} | {t['p95_ms']:.1f} |"
+            )
+    lines += [
+        "",
+        "Document table built from the chunks (the backfill path): "
+        + ", ".join(
+            f"{modes['docs_build_s']:.1f} s at {int(size):,} chunks"
+            for size, modes in result["latency"].items()
+            if "docs_build_s" in modes
+        )
+        + ".",
+    ]
     lines += ["", "Vector search: exact below 50,000 chunks, an IVF_HNSW_SQ index above it."]
     for size, modes in result["latency"].items():
         recall = modes.get("recall_at_10")
