@@ -234,6 +234,8 @@ def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
         _drop_tables(store.db, store.uri, name, ["docs"])
         store.ensure_documents()
         docs_build = time.perf_counter() - start
+        store = Store.open(db, name)  # a fresh handle on the rebuilt docs table
+        assert store.has_documents
         queries = [" ".join(rng.choice(vocab[:2000], size=3)) for _ in range(n_queries)]
         vectors = clustered(n_queries, rng, CENTROIDS)
         retriever = Retriever(name, db=db, encoder=PrecomputedQueries(vectors))  # type: ignore[arg-type]
