@@ -602,7 +602,10 @@ class Store:
             _drop_tables(self.db, self.uri, self.name, ["docs"])  # a creation killed half-way
             started, schema = time.perf_counter(), docs_schema(self._dim)
             data = self._documents_from_chunks(schema)
-            self.db.create_table(f"{self.name}__docs", data=data, schema=schema)
+            # The new table replaces any handle this Store holds on an older one.
+            self.__dict__["docs"] = self.db.create_table(
+                f"{self.name}__docs", data=data, schema=schema
+            )
             message = "collection %r: %d documents made from its stored chunks in %.1f s"
             log.info(message, self.name, self.count_documents(), time.perf_counter() - started)
         if not _has_index(self.docs, "text_idx"):

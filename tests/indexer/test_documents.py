@@ -144,3 +144,25 @@ def test_vector_search_deeper_than_the_ann_beam_answers_on_an_indexed_table(
     chunks = store.search_vector(query, CHUNK_POOL, None)
     assert len(chunks) == store.count_chunks()  # fewer rows than k: every one of them
     assert len(store.search_documents_vector(query, DOC_POOL, None)) == 40
+
+
+def test_a_rebuilt_docs_table_is_indexed_and_searched_through_the_same_store(
+    tmp_path: Path,
+) -> None:
+    """A Store that already read its docs table keeps working after the table is rebuilt."""
+    from docsearch.indexer.store import _drop_tables
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nThe indemnification clause survives termination.\n")
+    db = str(tmp_path / "db")
+    index_into(db, root, encoder="none", options={})
+    store = Store.open(db, "c")
+    assert store.docs.count_rows() == 1  # the old table's handle is now held
+    _drop_tables(store.db, store.uri, "c", ["docs"])
+    store.ensure_documents()
+    fresh = Store.open(db, "c")
+    assert fresh.has_documents
+    assert [d.path for d in store.search_documents_text("indemnification", 5, None)] == [
+        str(root / "a.md")
+    ]
