@@ -80,6 +80,7 @@ class FileRecord:
     n_chunks: int = 0
     indexed_at: float = 0.0
     title: str = ""
+    ocr_pages: str = ""  # pages whose text OCR read ("1-3, 7")
 
 
 @dataclass
@@ -110,6 +111,7 @@ class ChunkView:
     chunk_id: str
     doc_id: str
     ordinal: int
+    ocr: bool  # some of its text was read by OCR
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ def _sql(where: str | ChunkFilter | None) -> str | None:
 def _candidate(row: dict[str, Any], score: float) -> Candidate:
     """A row of a search read (RESULT_COLUMNS, its score column already taken out)."""
     row["chunk_id"] = row.pop("id")
+    row.setdefault("ocr", False)  # a collection from before OCR has no such column
     return Candidate(**row, score=float(score), raw_score=float(score))
 
 
@@ -181,6 +184,7 @@ def chunks_schema(dim: int | None, meta: CollectionMeta):  # type: ignore[no-unt
         pa.field("truncated", pa.bool_()),
         pa.field("file_sha256", pa.string()),
         pa.field("text_sha", pa.string()),
+        pa.field("ocr", pa.bool_()),
     ]
     if dim:
         fields.append(pa.field("vector", pa.list_(pa.float32(), dim)))
@@ -201,6 +205,7 @@ def files_schema():  # type: ignore[no-untyped-def]
             pa.field("n_chunks", pa.int32()),
             pa.field("indexed_at", pa.float64()),
             pa.field("title", pa.string()),
+            pa.field("ocr_pages", pa.string()),
         ]
     )
 
@@ -477,6 +482,7 @@ class Store:
                 db.create_table(f"{name}__files", schema=files_schema())
             store = cls(db, name)
             store.check_compatible(meta)
+            store._add_ocr_columns()
             return store
         if any(s != ABSENT for s in state.values()):
             log.warning(
@@ -488,6 +494,15 @@ class Store:
         db.create_table(f"{name}__files", schema=files_schema())
         db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))  # last: the marker
         return cls(db, name)
+
+    def _add_ocr_columns(self) -> None:
+        """A collection made before OCR gains its columns (unmarked) when next written."""
+        for table, column, value in [
+            (self.chunks, "ocr", "false"),
+            (self.files_table, "ocr_pages", "''"),
+        ]:
+            if column not in table.schema.names:
+                table.add_columns({column: value})
 
     def check_compatible(self, meta: CollectionMeta) -> None:
         old, new = self.meta.encoder, meta.encoder
@@ -814,7 +829,12 @@ class Store:
     def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
         with self._filter_errors(where):
-            return list(self._read("chunks").to_table(filter=_sql(where), **scan).to_pylist())
+            dataset = self._read("chunks")
+            if scan.get("columns"):  # a collection from before OCR, not written since, lacks it
+                scan["columns"] = [
+                    c for c in scan["columns"] if c in dataset.schema.names or c[0] == "_"
+                ]
+            return list(dataset.to_table(filter=_sql(where), **scan).to_pylist())
 
     @contextmanager
     def _filter_errors(self, where: str | ChunkFilter | None) -> Iterator[None]:
