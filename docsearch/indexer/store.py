@@ -482,7 +482,6 @@ class Store:
                 db.create_table(f"{name}__files", schema=files_schema())
             store = cls(db, name)
             store.check_compatible(meta)
-            store._add_ocr_columns()
             return store
         if any(s != ABSENT for s in state.values()):
             log.warning(
@@ -648,6 +647,7 @@ class Store:
         look changed; the next run redoes them, finding their vectors already stored, so the end
         state equals a clean build.
         """
+        self._add_ocr_columns()
         replaced = [u.record.path for u in updates if u.rows is not None]
         gone = [*replaced, *deleted]
         rows = [r for u in updates if u.rows is not None for r in u.rows]

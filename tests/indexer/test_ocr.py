@@ -112,3 +112,19 @@ def test_without_an_engine_scans_fail_with_the_install_line_and_the_rest_indexes
     records = Store.open(db, "scans").file_records()
     assert [Path(p).name for p, r in records.items() if r.status == "indexed"] == ["typed.pdf"]
     assert Retriever("scans", db=db).search("harbour crane")[0].path.endswith("typed.pdf")
+
+
+def test_a_collection_from_before_ocr_is_searched_and_written_to(tmp_path: Path) -> None:
+    root, db = tmp_path / "docs", str(tmp_path / "db")
+    root.mkdir()
+    (root / "a.txt").write_text("Walnut orchard lease.")
+    lexical(db, root)
+    old = Store.open(db, "c")  # as an older docsearch wrote it: no OCR columns
+    old.chunks.drop_columns(["ocr"])
+    old.files_table.drop_columns(["ocr_pages"])
+    assert not Retriever("c", db=db).search("walnut", mode="lexical")[0].ocr
+    scan_image("Hazel coppice rota.").save(root / "b.png")
+    assert lexical(db, root).new == 1
+    hit = Retriever("c", db=db).search("hazel coppice", mode="lexical")[0]
+    assert (Path(hit.path).name, hit.ocr) == ("b.png", True)
+    assert Store.open(db, "c").file_records()[str(root / "a.txt")].ocr_pages == ""
