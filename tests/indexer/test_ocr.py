@@ -3,10 +3,13 @@ engine that is installed, the real store; and the same folder where OCR cannot r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from docsearch.app.cli import app
 from docsearch.indexer.extract import extract
 from docsearch.indexer.ocr import OcrOptions, engine_name
 from docsearch.indexer.pipeline import IndexReport
@@ -50,6 +53,12 @@ def test_scanned_pages_are_found_with_their_page_and_marked_ocr(tmp_path: Path) 
     assert (Path(ledger.path).name, ledger.page_start) == ("ledger.tif", 3)
     typed = retriever.search("harbour crane", mode="lexical", k=1)[0]
     assert not typed.ocr
+    shown = CliRunner().invoke(app, ["search", "repaint the greenhouse", "-c", "c", "--db", db])
+    assert "p. 2 (OCR)" in shown.stdout
+    health = json.loads(CliRunner().invoke(app, ["doctor", "--json", "--db", db]).stdout)
+    assert health["collections"]["c"]["ocr_pages"] == {str(root / "lease.pdf"): "1-2"} | {
+        str(root / name): pages for name, pages in (("receipt.png", "1"), ("ledger.tif", "1-3"))
+    }
     records = {Path(p).name: r for p, r in Store.open(db, "c").file_records().items()}
     assert {name: r.ocr_pages for name, r in records.items()} == {
         "lease.pdf": "1-2",
