@@ -88,6 +88,9 @@ def _read_tesseract(image: Image.Image, lang: str) -> str:
             f"Tesseract has no language data for {', '.join(missing)}: "
             f"apt-get install {' '.join('tesseract-ocr-' + m.replace('_', '-') for m in missing)}"
         )
+    # Tesseract's OpenMP threads cost 5x the CPU for the same page, and take 4x the time on a
+    # busy machine (measured in benchmarks/ocr.py); one page at a time is read on one core.
+    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     return str(pytesseract.image_to_string(image, lang=lang))
 
 
