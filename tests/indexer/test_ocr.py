@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from docsearch.app.cli import app
-from docsearch.indexer.extract import extract
-from docsearch.indexer.ocr import OcrOptions, engine_name
+from docsearch.errors import ExtractionError
+from docsearch.indexer.extract import Limits, extract
+from docsearch.indexer.ocr import ENGINES, OcrOptions, engine_name
 from docsearch.indexer.pipeline import IndexReport
 from docsearch.indexer.store import Store
 from docsearch.retriever import Retriever
@@ -80,6 +81,24 @@ def test_a_mixed_pdf_ocrs_only_its_scanned_pages(tmp_path: Path) -> None:
     assert doc.pages[0].text == "Typed cover letter."
     assert "repaint the greenhouse" in doc.pages[2].text
     assert doc.warnings == [f"OCR ({engine_name(OcrOptions())}) found no text on pages 2"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_each_installed_engine_reads_a_scan(tmp_path: Path, engine: str) -> None:
+    if engine_name(OcrOptions(engine=engine)) is None:
+        pytest.skip(f"{engine} is not installed")
+    scan_image("Invoice for the walnut\nharvest of 2024.").save(tmp_path / "s.png")
+    doc = extract(tmp_path / "s.png", limits=Limits(ocr=OcrOptions(engine=engine)))
+    assert "walnut" in doc.text and "2024" in doc.text and doc.ocr_pages == [1]
+
+
+def test_a_language_without_its_data_is_refused_with_the_package_to_install(
+    tmp_path: Path,
+) -> None:
+    scan_image("Invoice.").save(tmp_path / "s.png")
+    engine = engine_name(OcrOptions())
+    with pytest.raises(ExtractionError, match="tesseract-ocr-xho|reads only"):
+        extract(tmp_path / "s.png", limits=Limits(ocr=OcrOptions(engine=str(engine), lang="xho")))
 
 
 def lexical(db: str, root: Path, name: str = "c") -> IndexReport:
