@@ -2,10 +2,12 @@
 
 One long-lived child per process, started on first use, runs `extract.extract` on each file
 sent to it: about 0.3 s to start (with the parsers' imports), then about 0.1 ms a file on top
-of the extraction itself. A file that takes longer than `Limits.seconds` has its child killed, and the next file gets a
-fresh child (each page OCR'd sends a byte on a pipe of its own, which starts the time again); a child that dies (out of memory, a crash in a C parser) fails that file only. Time
-cannot be taken from a parser stuck inside one process, and a parser's memory is given back
-only when its process ends: that is why the parsers run over there.
+of the extraction itself. A file that takes longer than `Limits.seconds` has its child killed,
+and the next file gets a fresh child (each page OCR'd sends a byte on a pipe of its own, which
+starts the time again); a child that dies (out of memory, a crash in a C parser) fails that
+file only. Its address space is capped (`Limits.memory_mb`). Time cannot be taken from a parser
+stuck inside one process, and a parser's memory is given back only when its process ends: that
+is why the parsers run over there.
 
 Warnings and log records emitted while one file is extracted become that file's warnings, so
 they carry its name instead of reaching the terminal without it.
