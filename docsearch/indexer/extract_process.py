@@ -117,21 +117,27 @@ def _receive(inp: IO[bytes]) -> Any:
 # The child
 
 
-def _cap_memory(limits: Limits) -> None:
-    """This process's address space, and that of the programs it starts, capped (soft limit)."""
+@contextlib.contextmanager
+def _memory_capped(limits: Limits) -> Iterator[None]:
+    """While one file is extracted, this process's address space (and that of the programs it
+    starts) is capped; lifted after, so that the next request is always read."""
     import resource
 
-    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-    cap = int(limits.memory_mb * MB) if limits.memory_mb else resource.RLIM_INFINITY
-    if hard != resource.RLIM_INFINITY:
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = int(limits.memory_mb * MB) if limits.memory_mb else soft
+    if hard != resource.RLIM_INFINITY:  # (which is -1)
         cap = hard if cap == resource.RLIM_INFINITY else min(cap, hard)
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def _child_reply(path: str, display_path: str, limits: Limits, data: bytes) -> tuple[Any, ...]:
     try:
-        _cap_memory(limits)
-        return ("ok", extract_capturing(Path(path), data, display_path, limits))
+        with _memory_capped(limits):
+            return ("ok", extract_capturing(Path(path), data, display_path, limits))
     except ExtractionError as exc:
         return ("failed", str(exc), exc.warnings)
     except MemoryError:  # this process holds one file: its memory ran out, not the parent's

@@ -156,3 +156,15 @@ def test_a_collection_from_before_ocr_is_searched_and_written_to(tmp_path: Path)
     hit = Retriever("c", db=db).search("hazel coppice", mode="lexical")[0]
     assert (Path(hit.path).name, hit.ocr) == ("b.png", True)
     assert Store.open(db, "c").file_records()[str(root / "a.txt")].ocr_pages == ""
+
+
+def test_the_extraction_process_works_within_its_memory_cap(tmp_path: Path) -> None:
+    root, db = tmp_path / "docs", str(tmp_path / "db")
+    root.mkdir()
+    (root / "a.txt").write_text("Walnut orchard lease. " * 400_000)  # 8.8 MB
+    # A cap below what the process already holds: whatever it allocates next fails, and only
+    # the file fails; this process (uncapped) goes on and writes the report.
+    report = index_into(db, root, encoder="none", extract_memory_mb=1)
+    assert [Path(p).name for p, _ in report.failed] == ["a.txt"]
+    assert "memory" in report.failed[0][1] or "extraction process" in report.failed[0][1]
+    assert lexical(db, root).new == 1  # the default cap leaves room for it
