@@ -9,7 +9,7 @@ FROM python:3.11-slim-bookworm
 
 # cpu: torch from the CPU wheel index; cuda: CUDA 12.8 wheels plus the flash-attn extra.
 ARG VARIANT=cpu
-ARG EXTRAS=ui
+ARG EXTRAS=ui,ocr
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -17,6 +17,12 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
     DOCSEARCH_HOME=/data \
     HF_HOME=/data/huggingface
+
+# OCR: the Tesseract engine, and the system libraries OpenCV (under RapidOCR) loads.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tesseract-ocr libgl1 libglib2.0-0 \
+    && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/docsearch
 COPY pyproject.toml README.md CHANGELOG.md ./

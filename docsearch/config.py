@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field
 from pydantic_settings import (
@@ -23,6 +23,7 @@ from pydantic_settings import (
 
 from docsearch.defaults import (
     DEFAULT_ENCODER,
+    DEFAULT_EXTRACT_MEMORY_MB,
     DEFAULT_EXTRACT_SECONDS,
     DEFAULT_MAX_FILE_MB,
     DEFAULT_MAX_TEXT_MB,
@@ -90,6 +91,21 @@ class Settings(BaseSettings):
         DEFAULT_EXTRACT_SECONDS,
         ge=0,
         description="time allowed to extract one file (0: no limit, extract in this process)",
+    )
+    extract_memory_mb: float = Field(
+        DEFAULT_EXTRACT_MEMORY_MB,
+        ge=0,
+        description="memory (address space) the extraction process may use, in MB (0: no cap)",
+    )
+    ocr_engine: Literal["auto", "tesseract", "rapidocr", "none"] = Field(
+        "auto", description="OCR engine for scanned pages and images (auto: the best installed)"
+    )
+    ocr_cache: str = Field(
+        default_factory=lambda: str(data_home() / "ocr-cache"),
+        description="folder of OCR'd page texts ('': no cache)",
+    )
+    ocr_lang: str = Field(
+        "eng", pattern=r"^[a-z_]+(\+[a-z_]+)*$", description="OCR language(s), e.g. eng or deu+eng"
     )
     # Left unset, hybrid search ranks documents by the document-level rule and passages by
     # CHUNK_FUSION (docsearch.fusion). Setting any of these fuses the two chunk legs (dense,

@@ -16,3 +16,6 @@ GROUP_CHUNKS = 512  # chunks per commit group: big enough to batch well, small e
 DEFAULT_MAX_FILE_MB = 256.0  # bytes read from disk, and a DOCX's unpacked parts
 DEFAULT_MAX_TEXT_MB = 16.0  # millions of characters of extracted text
 DEFAULT_EXTRACT_SECONDS = 300.0  # time to extract one file (0: in this process, no limit)
+# Address space of the extraction child: its parsers, an OCR engine (RapidOCR maps 1.2 GB) and a
+# page image; past it the file fails with "ran out of memory" instead of the machine swapping.
+DEFAULT_EXTRACT_MEMORY_MB = 4096.0

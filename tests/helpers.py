@@ -1,4 +1,5 @@
-"""Builders for real test inputs: PDFs (reportlab), encrypted PDFs (pypdf), DOCX, bad files."""
+"""Builders for real test inputs: PDFs (reportlab), encrypted PDFs (pypdf), DOCX, bad files,
+scans (text drawn by Pillow into images, and PDFs made only of such images)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,24 @@ def make_pdf(path: Path, pages: list[str], title: str = "") -> Path:
             pdf.rect(50, 400, 300, 200, fill=1)
         pdf.showPage()
     pdf.save()
+    return path
+
+
+def scan_image(text: str, dpi: int = 150):  # type: ignore[no-untyped-def]
+    """A page image with `text` drawn on it in 12 pt type, as a scanner at `dpi` would see it
+    (a third of a letter page: enough for a few lines, quick to OCR)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("L", (int(8.5 * dpi), int(11 * dpi / 3)), 255)
+    font = ImageFont.load_default(size=dpi // 6)
+    ImageDraw.Draw(image).multiline_text((dpi // 2, dpi // 2), text, fill=0, font=font)
+    return image
+
+
+def make_scanned_pdf(path: Path, pages: list[str]) -> Path:
+    """A PDF whose pages are images of `pages` only: no text layer, as a scanner writes them."""
+    first, *rest = [scan_image(text) for text in pages]
+    first.save(path, "PDF", resolution=150, save_all=True, append_images=rest)
     return path
 
 

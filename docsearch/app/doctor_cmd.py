@@ -31,6 +31,8 @@ def doctor(
         health = store.index_health()
         failed = store.file_stats().failed
         health["failed_files"] = failed
+        records = store.file_records().values()
+        health["ocr_pages"] = {r.path: r.ocr_pages for r in records if r.ocr_pages}
         health["encoder"] = store.meta.encoder
         report["collections"][name] = health
         problems += bool(failed) + bool(health["fts_unindexed_rows"])
@@ -50,5 +52,7 @@ def _print_doctor(report: dict[str, Any]) -> None:
             f"{h['fts_unindexed_rows']} rows missing from the full-text index, "
             f"{h['versions']} table versions"
         )
+        if h["ocr_pages"]:
+            typer.echo(f"  {len(h['ocr_pages'])} files have pages read by OCR (see --json)")
         for path, reason in h["failed_files"].items():
             typer.echo(f"  failed: {path}: {reason}")

@@ -67,12 +67,16 @@ def index(
     device: Annotated[
         str | None, typer.Option(help="cpu, cuda or cuda:N (default: cuda when there is one).")
     ] = None,
+    ocr_lang: Annotated[
+        str | None,
+        typer.Option(help="Language(s) of scanned pages and images, e.g. eng or deu+eng."),
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Index a folder into a collection (incremental: only new or changed files are embedded).
 
     The collection is named after the folder unless --collection says otherwise. Supported:
-    PDF, .txt, .md, .html, .docx. Files that cannot be read are reported and skipped (exit 3).
+    PDF, .txt, .md, .html, .docx, and images (.png, .jpg, .tif) and scanned PDF pages by OCR. Files that cannot be read are reported and skipped (exit 3).
     """
     from docsearch.app.progress import ConsoleProgress
     from docsearch.config import Settings
@@ -83,7 +87,7 @@ def index(
         from docsearch.encoders.device import require
 
         require(device)  # one line, before any model loads
-    settings = Settings.resolve(db=db, max_tokens=max_tokens, overlap=overlap)
+    settings = Settings.resolve(db=db, max_tokens=max_tokens, overlap=overlap, ocr_lang=ocr_lang)
     name = collection or service.collection_for(path)
     with ConsoleProgress(f"indexing {name}") as progress:
         report = service.index(
@@ -124,6 +128,8 @@ def _print_report(name: str, report: IndexReport) -> None:
         f"{report.chunks_reused} reused; {report.tokens_embedded:,} tokens in "
         f"{report.seconds:.1f} s ({rate:,.0f} tokens/s)"
     )
+    if report.ocr_pages:
+        err(f"OCR: {report.ocr_pages} pages, {report.ocr_pages - report.ocr_read} from the cache")
     if report.truncated:
         err(f"warning: {report.truncated} chunks exceed the encoder's window and were truncated")
     for path, warning in report.warnings:

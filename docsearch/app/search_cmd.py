@@ -67,7 +67,7 @@ def _format_hit(rank: int, hit: Any) -> str:
         legs += f"; agreement {agreement:.2f}"
     lines = [
         f"{rank}. {hit.title or Path(hit.path).name}",
-        f"   {_short_path(hit.path)}  p. {hit.pages}  score {hit.score:.4f} ({legs})",
+        f"   {_short_path(hit.path)}  p. {hit.pages}{' (OCR)' * hit.ocr}  score {hit.score:.4f} ({legs})",
     ]
     if hit.heading_path:
         lines.append(f"   § {hit.heading_path}")

@@ -1,26 +1,37 @@
 """Files -> `Document`s: text with page numbers, every character traceable to its page.
 
-Supported: PDF (pypdf text layer), `.txt`, `.md`, `.html`/`.htm`, `.docx`. Headings found in
+Supported: PDF (pypdf text layer; pages without one are OCR'd), images (PNG, JPEG, TIFF with
+its pages: OCR'd), `.txt`, `.md`, `.html`/`.htm`, `.docx`. Headings found in
 Markdown, HTML and DOCX are written as Markdown `#` lines so the chunker sees one structure.
 Anything that cannot be read (encrypted, corrupt, empty, binary, not UTF-8, no text layer,
 unreadable, over a size limit, or any exception from a parser) raises `ExtractionError` whose
 message is the reason recorded in the `files` table. `Limits` bounds what one file may bring into
 memory: its bytes, a DOCX's unpacked parts, its extracted text.
 Not here: the time budget and the capture of third-party warnings (`extract_process`, which runs
-this module in a child process), OCR of scanned pages (reported, not guessed), layout or tables.
+this module in a child process), the OCR engines and their cache (`ocr`), layout or tables.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from docsearch.defaults import DEFAULT_EXTRACT_SECONDS, DEFAULT_MAX_FILE_MB, DEFAULT_MAX_TEXT_MB
+from docsearch.defaults import (
+    DEFAULT_EXTRACT_MEMORY_MB,
+    DEFAULT_EXTRACT_SECONDS,
+    DEFAULT_MAX_FILE_MB,
+    DEFAULT_MAX_TEXT_MB,
+)
 from docsearch.errors import ExtractionError
+from docsearch.indexer.ocr import OcrOptions, PageReader, missing_engine, page_reader
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 PAGE_SEPARATOR = "\n\n"
 MB = 1_000_000
@@ -41,6 +52,8 @@ class Document:
     title: str
     pages: list[Page]
     warnings: list[str] = field(default_factory=list)  # e.g. scanned pages skipped
+    ocr_pages: list[int] = field(default_factory=list)  # pages whose text OCR read
+    ocr_read: int = 0  # of those, pages the engine read (the others came from its cache)
 
     @property
     def text(self) -> str:
@@ -78,12 +91,16 @@ class Limits:
     HTML files, the file's size), because a file's chunks and vectors are held in memory until
     it is written: measured, about 18 bytes per character lexical-only and 130 with MiniLM on
     top of the model (16 MB of text: 0.5 GB and about 3 GB). `seconds`: wall-clock time to
-    extract one file, enforced by `extract_process` (0: no time limit, in this process).
+    extract one file, enforced by `extract_process` (0: no time limit, in this process); each
+    page OCR'd starts that time again. `memory_mb`: the address space of that process (with the
+    programs it starts, such as `tesseract`), 0 for no cap. `ocr`: how pages without text are read.
     """
 
     max_file_mb: float = DEFAULT_MAX_FILE_MB
     max_text_mb: float = DEFAULT_MAX_TEXT_MB
     seconds: float = DEFAULT_EXTRACT_SECONDS
+    memory_mb: float = DEFAULT_EXTRACT_MEMORY_MB
+    ocr: OcrOptions = field(default_factory=OcrOptions)
 
     @property
     def max_file_bytes(self) -> int:
@@ -239,16 +256,72 @@ def extract_pdf(path: Path, data: bytes, limits: Limits) -> Document:
     page_texts = _pdf_page_texts(reader, limits)
     if not page_texts:
         raise ExtractionError("PDF has no pages")
+    title = _pdf_title(reader)
     blank = [i + 1 for i, t in enumerate(page_texts) if not t.strip()]
-    if len(blank) == len(page_texts):
+    ocr = page_reader(limits.ocr) if blank else None
+    if ocr is None and len(blank) == len(page_texts):
         raise ExtractionError(
-            f"no text layer on any of {len(page_texts)} pages (scanned?); OCR it first"
+            f"no text layer on any of {len(page_texts)} pages (scanned?); "
+            + missing_engine(limits.ocr)
         )
-    warnings = [f"pages without a text layer (scanned?): {_ranges(blank)}"] if blank else []
-    return _document(path, _pdf_title(reader), page_texts, warnings)
+    if ocr is None:
+        unread = f"pages without a text layer (scanned?): {ranges(blank)}; "
+        warnings = [unread + missing_engine(limits.ocr)] if blank else []
+        return _document(path, title, page_texts, warnings)
+    for number, image in zip(blank, _pdf_page_images(data, blank), strict=True):
+        page_texts[number - 1] = ocr.text(image)
+    return _ocr_document(path, title, page_texts, blank, ocr)
 
 
-def _ranges(numbers: list[int]) -> str:
+OCR_DPI = 300  # scanned PDF pages are rendered at this resolution to be read
+
+
+def _pdf_page_images(data: bytes, numbers: list[int]) -> Iterator[Image.Image]:
+    """The pages `numbers` rendered in grayscale, one at a time (a page is 8 MB at 300 dpi)."""
+    try:
+        import pypdfium2 as pdfium  # type: ignore[import-untyped]
+    except ImportError:
+        raise ExtractionError(
+            "rendering scanned pages to OCR them needs pypdfium2: pip install 'docsearch[ocr]'"
+        ) from None
+    pdf = pdfium.PdfDocument(data)
+    try:
+        for number in numbers:
+            page = pdf[number - 1]
+            yield page.render(scale=OCR_DPI / 72, grayscale=True).to_pil()
+            page.close()
+    finally:
+        pdf.close()
+
+
+def _ocr_document(
+    path: Path, title: str, texts: list[str], ocr_pages: list[int], ocr: PageReader
+) -> Document:
+    """A Document some of whose pages OCR read; pages where it found nothing are warned of."""
+    empty = [n for n in ocr_pages if not texts[n - 1].strip()]
+    if len(empty) == len(texts):
+        raise ExtractionError(f"OCR ({ocr.engine}) found no text on any of {len(texts)} pages")
+    warnings = [f"OCR ({ocr.engine}) found no text on pages {ranges(empty)}"] if empty else []
+    doc = _document(path, title, texts, warnings)
+    doc.ocr_pages, doc.ocr_read = ocr_pages, ocr.read
+    return doc
+
+
+def extract_image(path: Path, data: bytes, limits: Limits) -> Document:
+    """An image file, each of its frames (a multi-page TIFF's pages) a page read by OCR."""
+    import io
+
+    from PIL import Image, ImageSequence
+
+    ocr = page_reader(limits.ocr)
+    if ocr is None:
+        raise ExtractionError("an image, readable only by OCR; " + missing_engine(limits.ocr))
+    with Image.open(io.BytesIO(data)) as image:
+        texts = [ocr.text(frame) for frame in ImageSequence.Iterator(image)]
+    return _ocr_document(path, "", texts, list(range(1, len(texts) + 1)), ocr)
+
+
+def ranges(numbers: list[int]) -> str:
     """[1, 2, 3, 7] -> '1-3, 7'."""
     # Numbers in one run of consecutive numbers all lie the same distance from their index.
     runs = [[n for _, n in run] for _, run in groupby(enumerate(numbers), lambda p: p[1] - p[0])]
@@ -388,12 +461,14 @@ EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
     ".html": extract_html,
     ".htm": extract_html,
     ".docx": extract_docx,
+    **dict.fromkeys([".png", ".jpg", ".jpeg", ".tif", ".tiff"], extract_image),
 }
 FORMAT_NAMES: dict[Callable[[Path, bytes, Limits], Document], str] = {
     extract_pdf: "PDF",
     extract_text: "text",
     extract_html: "HTML",
     extract_docx: "DOCX",
+    extract_image: "image",
 }
 
 

@@ -2,10 +2,12 @@
 
 One long-lived child per process, started on first use, runs `extract.extract` on each file
 sent to it: about 0.3 s to start (with the parsers' imports), then about 0.1 ms a file on top
-of the extraction itself. A file that takes longer than `Limits.seconds` has its child killed, and the next file gets a
-fresh child; a child that dies (out of memory, a crash in a C parser) fails that file only. Time
-cannot be taken from a parser stuck inside one process, and a parser's memory is given back
-only when its process ends: that is why the parsers run over there.
+of the extraction itself. A file that takes longer than `Limits.seconds` has its child killed,
+and the next file gets a fresh child (each page OCR'd sends a byte on a pipe of its own, which
+starts the time again); a child that dies (out of memory, a crash in a C parser) fails that
+file only. Its address space is capped (`Limits.memory_mb`). Time cannot be taken from a parser
+stuck inside one process, and a parser's memory is given back only when its process ends: that
+is why the parsers run over there.
 
 Warnings and log records emitted while one file is extracted become that file's warnings, so
 they carry its name instead of reaching the terminal without it.
@@ -33,7 +35,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from docsearch.errors import ExtractionError
-from docsearch.indexer.extract import Document, Limits, describe, extract
+from docsearch.indexer.extract import MB, Document, Limits, describe, extract
+from docsearch.indexer.ocr import set_heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +117,27 @@ def _receive(inp: IO[bytes]) -> Any:
 # The child
 
 
+@contextlib.contextmanager
+def _memory_capped(limits: Limits) -> Iterator[None]:
+    """While one file is extracted, this process's address space (and that of the programs it
+    starts) is capped; lifted after, so that the next request is always read."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = int(limits.memory_mb * MB) if limits.memory_mb else soft
+    if hard != resource.RLIM_INFINITY:  # (which is -1)
+        cap = hard if cap == resource.RLIM_INFINITY else min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def _child_reply(path: str, display_path: str, limits: Limits, data: bytes) -> tuple[Any, ...]:
     try:
-        return ("ok", extract_capturing(Path(path), data, display_path, limits))
+        with _memory_capped(limits):
+            return ("ok", extract_capturing(Path(path), data, display_path, limits))
     except ExtractionError as exc:
         return ("failed", str(exc), exc.warnings)
     except MemoryError:  # this process holds one file: its memory ran out, not the parent's
@@ -128,6 +149,8 @@ def _child_reply(path: str, display_path: str, limits: Limits, data: bytes) -> t
 def child_main() -> None:
     """Serve extraction requests on stdin/stdout until the parent closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle
+    beats = int(os.environ["DOCSEARCH_BEAT_FD"])
+    set_heartbeat(lambda: os.write(beats, b"."))
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever a C library writes to stdout must not land in the replies
     while True:
@@ -159,6 +182,7 @@ class ExtractionProcess:
 
     def __init__(self) -> None:
         self._child: subprocess.Popen[bytes] | None = None
+        self._beats = -1  # the read end of the child's heartbeat pipe
         self._lock = threading.Lock()
 
     def extract(self, path: Path, data: bytes, display_path: str, limits: Limits) -> Document:
@@ -178,6 +202,7 @@ class ExtractionProcess:
         self._child = None
         child.kill()
         child.wait()
+        self._close_beats()
         for pipe in (child.stdin, child.stdout):
             if pipe is not None:
                 with contextlib.suppress(OSError):
@@ -189,11 +214,16 @@ class ExtractionProcess:
         try:
             _send(child.stdin, request)
             # A select, not a timer thread: a thread per file cost as much as the rest together.
-            if not select.select([child.stdout], [], [], seconds)[0]:
-                raise ExtractionError(
-                    f"extracting took longer than {seconds:g} s; "
-                    "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
-                )
+            replies = child.stdout.fileno()
+            while replies not in (
+                ready := select.select([replies, self._beats], [], [], seconds)[0]
+            ):
+                if not ready:
+                    raise ExtractionError(
+                        f"extracting took longer than {seconds:g} s; "
+                        "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
+                    )
+                os.read(self._beats, 4096)  # pages OCR'd: the time starts again
             return _receive(child.stdout)
         except _GONE:
             self._forget(child)  # reaped first, so that its exit status is known
@@ -201,8 +231,18 @@ class ExtractionProcess:
 
     def _running(self) -> subprocess.Popen[bytes]:
         if self._child is None or self._child.poll() is not None:
-            self._child = _start_child()
+            self._close_beats()
+            self._beats, beat_end = os.pipe()
+            try:
+                self._child = _start_child(beat_end)
+            finally:
+                os.close(beat_end)  # the child has its copy
         return self._child
+
+    def _close_beats(self) -> None:
+        if self._beats >= 0:
+            os.close(self._beats)
+            self._beats = -1
 
     def close(self) -> None:
         """Let the child finish and go (it exits when its input closes)."""
@@ -217,18 +257,21 @@ class ExtractionProcess:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+        self._close_beats()
 
 
-def _start_child() -> subprocess.Popen[bytes]:
+def _start_child(beat_end: int) -> subprocess.Popen[bytes]:
     # The child must import this very docsearch, wherever it was imported from here.
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env["DOCSEARCH_BEAT_FD"] = str(beat_end)
     return subprocess.Popen(
         [sys.executable, "-m", "docsearch.indexer.extract_process"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
+        pass_fds=(beat_end,),
     )
 
 

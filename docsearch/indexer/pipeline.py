@@ -36,7 +36,7 @@ from docsearch.encoders.base import Encoder
 from docsearch.encoders.batching import token_batches
 from docsearch.errors import ExtractionError
 from docsearch.indexer.chunk import Chunk, Chunker
-from docsearch.indexer.extract import Document, Limits, read_limited
+from docsearch.indexer.extract import Document, Limits, ranges, read_limited
 from docsearch.indexer.extract_process import extract_guarded
 from docsearch.indexer.plan import Plan, WorkItem, sha256_bytes
 from docsearch.indexer.store import FileRecord, FileUpdate, Store
@@ -99,6 +99,8 @@ class IndexReport:
     chunks_reused: int = 0
     tokens_embedded: int = 0
     truncated: int = 0
+    ocr_pages: int = 0  # pages whose text OCR gave
+    ocr_read: int = 0  # of those, read by the engine now (the others: from its cache)
     seconds: float = 0.0
 
     @property
@@ -120,6 +122,9 @@ class IndexReport:
             self.failed.append((path, outcome.record.reason))
         else:
             setattr(self, outcome.kind, getattr(self, outcome.kind) + 1)
+        if outcome.doc is not None:
+            self.ocr_pages += len(outcome.doc.ocr_pages)
+            self.ocr_read += outcome.doc.ocr_read
         self.warnings.extend((path, w) for w in outcome.warnings)
 
     def merge(self, part: IndexReport) -> None:
@@ -176,6 +181,7 @@ def extract_file(item: WorkItem, limits: Limits, deleted_shas: frozenset[str]) -
         return _failed(record, old, exc)
     kind = CHANGED if _serving(old) else RENAMED if record.sha256 in deleted_shas else NEW
     record.reason = "; ".join(doc.warnings)
+    record.ocr_pages = ranges(doc.ocr_pages)
     return FileOutcome(record, kind, doc, warnings=list(doc.warnings))
 
 
@@ -223,7 +229,7 @@ def chunk_file(outcome: FileOutcome, chunker: Chunker, report: IndexReport) -> l
 
 
 def chunk_rows(doc: Document, chunks: Sequence[Chunk], file_sha: str) -> list[dict[str, Any]]:
-    did = doc_id(doc.path)
+    did, ocr_pages = doc_id(doc.path), set(doc.ocr_pages)
     rows = []
     for c in chunks:
         sha = text_sha(c.text)
@@ -244,6 +250,7 @@ def chunk_rows(doc: Document, chunks: Sequence[Chunk], file_sha: str) -> list[di
                 "truncated": c.truncated,
                 "file_sha256": file_sha,
                 "text_sha": sha,
+                "ocr": not ocr_pages.isdisjoint(range(c.page_start, c.page_end + 1)),
             }
         )
     return rows

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from docsearch.errors import UsageError
 from docsearch.indexer.collection import prepare
 from docsearch.indexer.extract import Document, Limits
+from docsearch.indexer.ocr import OcrOptions
 from docsearch.indexer.pipeline import (
     NEW,
     Engine,
@@ -136,12 +137,24 @@ def writing(
             prepared.store,
             prepared.encoder,
             prepared.chunker,
-            limits=Limits(settings.max_file_mb, settings.max_text_mb, settings.extract_seconds),
+            limits=limits_of(settings),
             token_budget=settings.token_budget,
             group_chunks=settings.commit_chunks,
             runtime=runtime,
             progress=progress or NullProgress(),
         )
+
+
+def limits_of(settings: Settings) -> Limits:
+    """What one file may cost, and how its scanned pages are read (OCR'd text cached per page)."""
+    ocr = OcrOptions(settings.ocr_engine, settings.ocr_lang, settings.ocr_cache)
+    return Limits(
+        settings.max_file_mb,
+        settings.max_text_mb,
+        settings.extract_seconds,
+        settings.extract_memory_mb,
+        ocr,
+    )
 
 
 def index_documents(job: Job, documents: Sequence[Document]) -> IndexReport:

@@ -82,6 +82,7 @@ class FileRecord:
     n_chunks: int = 0
     indexed_at: float = 0.0
     title: str = ""
+    ocr_pages: str = ""  # pages whose text OCR read ("1-3, 7")
 
 
 @dataclass
@@ -112,6 +113,7 @@ class ChunkView:
     chunk_id: str
     doc_id: str
     ordinal: int
+    ocr: bool  # some of its text was read by OCR
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ def _nearest(vector: np.ndarray, k: int) -> dict[str, Any]:
 def _candidate(row: dict[str, Any], score: float) -> Candidate:
     """A row of a search read (RESULT_COLUMNS, its score column already taken out)."""
     row["chunk_id"] = row.pop("id")
+    row.setdefault("ocr", False)  # a collection from before OCR has no such column
     return Candidate(**row, score=float(score), raw_score=float(score))
 
 
@@ -196,7 +199,7 @@ def collection_name_for(folder_name: str) -> str:
 CHUNK_COLUMNS = (
     "id:string doc_id:string path:string title:string text:string ordinal:int32 "
     "page_start:int32 page_end:int32 char_start:int64 char_end:int64 heading_path:string "
-    "n_tokens:int32 truncated:bool_ file_sha256:string text_sha:string"
+    "n_tokens:int32 truncated:bool_ file_sha256:string text_sha:string ocr:bool_"
 )
 DOC_TABLE_COLUMNS = (
     "doc_id:string path:string title:string text:string n_chunks:int32 page_start:int32 "
@@ -204,7 +207,7 @@ DOC_TABLE_COLUMNS = (
 )
 FILE_COLUMNS = (
     "path:string sha256:string size:int64 mtime:float64 status:string reason:string "
-    "n_chunks:int32 indexed_at:float64 title:string"
+    "n_chunks:int32 indexed_at:float64 title:string ocr_pages:string"
 )
 
 
@@ -632,6 +635,15 @@ class Store:
             self._has_documents = any(index.name == "text_idx" for index in indexes)
         return self._has_documents
 
+    def _add_ocr_columns(self) -> None:
+        """A collection made before OCR gains its columns (unmarked) when next written."""
+        for table, column, value in [
+            (self.chunks, "ocr", "false"),
+            (self.files_table, "ocr_pages", "''"),
+        ]:
+            if column not in table.schema.names:
+                table.add_columns({column: value})
+
     def check_compatible(self, meta: CollectionMeta) -> None:
         old, new = self.meta.encoder, meta.encoder
         same_encoder = (old is None and new is None) or (
@@ -782,6 +794,7 @@ class Store:
         recorded), so the next run redoes them, finding their vectors already stored, and the end
         state equals a clean build.
         """
+        self._add_ocr_columns()
         replaced = [u.record.path for u in updates if u.rows is not None]
         gone = [*replaced, *deleted]
         rows = [r for u in updates if u.rows is not None for r in u.rows]
@@ -1010,7 +1023,12 @@ class Store:
     def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
         with self._filter_errors(where):
-            return list(self._read("chunks").to_table(filter=_sql(where), **scan).to_pylist())
+            dataset = self._read("chunks")
+            if scan.get("columns"):  # a collection from before OCR, not written since, lacks it
+                scan["columns"] = [
+                    c for c in scan["columns"] if c in dataset.schema.names or c[0] == "_"
+                ]
+            return list(dataset.to_table(filter=_sql(where), **scan).to_pylist())
 
     @contextmanager
     def _filter_errors(self, where: str | ChunkFilter | None) -> Iterator[None]:

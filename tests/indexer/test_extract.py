@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from docsearch.errors import ExtractionError
-from docsearch.indexer.extract import PAGE_SEPARATOR, decode_text, extract
+from docsearch.indexer.extract import PAGE_SEPARATOR, Limits, decode_text, extract
+from docsearch.indexer.ocr import OcrOptions
 from tests.helpers import SAMPLES, bad_folder, make_docx, make_encrypted_pdf, make_pdf
 
 
@@ -29,11 +30,16 @@ def test_pdf_title_from_metadata(tmp_path: Path) -> None:
 
 
 def test_scanned_pages_are_reported_not_dropped_silently(tmp_path: Path) -> None:
-    doc = extract(make_pdf(tmp_path / "s.pdf", ["Typed page.", "", "Another typed page."]))
-    assert doc.warnings == ["pages without a text layer (scanned?): 2"]
+    no_ocr = Limits(ocr=OcrOptions(engine="none"))
+    pdf = make_pdf(tmp_path / "s.pdf", ["Typed page.", "", "Another typed page."])
+    doc = extract(pdf, limits=no_ocr)
+    assert doc.warnings == [
+        "pages without a text layer (scanned?): 2; OCR is off (DOCSEARCH_OCR_ENGINE=none); "
+        "to OCR it: pip install 'docsearch[ocr]'"
+    ]
     assert [p.number for p in doc.pages] == [1, 2, 3]
     with pytest.raises(ExtractionError, match="no text layer"):
-        extract(make_pdf(tmp_path / "all.pdf", ["", ""]))
+        extract(make_pdf(tmp_path / "all.pdf", ["", ""]), limits=no_ocr)
 
 
 def test_encrypted_pdf_is_refused_with_reason(tmp_path: Path) -> None:

@@ -102,6 +102,13 @@ def test_results_html_escapes_document_text(ctx: UIContext) -> None:
     assert "<img src=x" not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
 
 
+def test_a_hit_read_by_ocr_carries_the_ocr_badge(ctx: UIContext) -> None:
+    found = ctx.search("escrow", "docs", "lexical", 5, Filters())
+    assert 'class="ds-ocr"' not in results_html(found)
+    found.hits[0] = replace(found.hits[0], ocr=True)
+    assert results_html(found).count('class="ds-ocr"') == 1
+
+
 def test_snippets_are_marked_by_their_spans_even_when_the_text_has_stars(
     ctx: UIContext,
 ) -> None:

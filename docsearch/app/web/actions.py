@@ -51,7 +51,9 @@ FILE_TYPES = {
     "Markdown": (".md", ".markdown"),
     "Text": (".txt", ".text", ".rst"),
     "HTML": (".html", ".htm"),
+    "Image": (".png", ".jpg", ".jpeg", ".tif", ".tiff"),
 }
+OCR_BADGE = ' <span class="ds-ocr" title="text read by OCR from a scan">OCR</span>'
 MAX_K = 50
 ENCODER_CHOICES = ("default", "none (lexical only)")
 
@@ -149,7 +151,7 @@ def hit_html(rank: int, hit: Hit, collection: str, source: str) -> str:
         f'data-page="{hit.page_start}">'
         f'<div class="ds-title"><span class="ds-rank">{rank}.</span> '
         f'<button class="ds-open" data-rank="{rank}">{esc(hit.title or Path(hit.path).name)}'
-        f'</button> <span class="ds-pages">p. {esc(hit.pages)}</span></div>'
+        f'</button> <span class="ds-pages">p. {esc(hit.pages)}</span>{OCR_BADGE * hit.ocr}</div>'
         f'<div class="ds-path">{esc(display_path(hit.path, source))} · '
         f'<a href="{link}" target="_blank" rel="noopener">open original</a></div>{heading}'
         f'<div class="ds-snippet">{marked_html(hit.snippet.text, hit.snippet.marks)}</div>'

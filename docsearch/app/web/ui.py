@@ -59,6 +59,7 @@ CSS = """
 .ds-rank, .ds-pages, .ds-path, .ds-score, .ds-heading, .ds-summary { color: var(--body-text-color-subdued);
            font-size: .9em; }
 .ds-snippet { margin: .3em 0; line-height: 1.45; }
+.ds-ocr { font-size: .75em; border: 1px solid currentColor; border-radius: 3px; padding: 0 3px; }
 .ds-snippet mark, .ds-text mark { background: #ffe066; color: inherit; padding: 0 1px; }
 .ds-page { position: relative; display: inline-block; width: 100%; }
 .ds-page-img { width: 100%; display: block; border: 1px solid var(--border-color-primary); }
