@@ -119,14 +119,17 @@ def clustered(n: int, rng: np.random.Generator, centroids: np.ndarray) -> np.nda
 CENTROIDS = clustered(500, np.random.default_rng(42), np.zeros((1, DIM)) + 0.0)
 
 
-def synthetic_rows(n: int, rng: np.random.Generator, vocab: list[str]) -> list[dict[str, Any]]:
+def synthetic_rows(
+    n: int, rng: np.random.Generator, vocab: list[str], start: int = 0
+) -> list[dict[str, Any]]:
+    """`n` chunks numbered from `start`, ten to a document."""
     weights = 1.0 / np.arange(1, len(vocab) + 1)
     weights /= weights.sum()
     vectors = clustered(n, rng, CENTROIDS)
     rows = []
-    for i in range(n):
+    for i in range(start, start + n):
         words = rng.choice(len(vocab), size=120, p=weights)
-        vec = vectors[i]
+        vec = vectors[i - start]
         rows.append(
             {
                 "id": f"s{i}",
@@ -225,7 +228,7 @@ def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
         store = Store.open_or_create(db, name, CollectionMeta(encoder=spec, chunker={}))
         start = time.perf_counter()
         for lo in range(0, size, 10000):
-            store.chunks.add(synthetic_rows(min(10000, size - lo), rng, vocab))
+            store.chunks.add(synthetic_rows(min(10000, size - lo), rng, vocab, lo))
         store.refresh_indexes()
         build = time.perf_counter() - start
         # The rows went in beside Store.commit, so the documents come from the backfill path
