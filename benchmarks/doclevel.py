@@ -21,6 +21,7 @@ Not here: product code (docsearch/ is unchanged by this benchmark).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -212,12 +213,15 @@ LANCE_FTS = {
 }
 
 
+def _sha(text: str) -> str:
+    """The cache files' key (the same hash docsearch.evaluation used when they were written)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def whole_doc_lance(
     name: str, docs: list[str], bodies: list[str], queries: list[Query], cache: Path
 ) -> dict[str, Any]:
     """{variant: Q x D scores (NaN: no match)} and the tables' sizes and timings (cached)."""
-    from docsearch.evaluation import _sha
-
     tag = _sha(json.dumps([docs, [q.key for q in queries], LANCE_FTS]))[:16]
     path = cache / f"{name.replace('/', '_')}-wholedoc-{tag}.npz"
     if path.is_file():
@@ -376,8 +380,6 @@ EMULATIONS = {
 def whole_doc_references(
     name: str, bodies: list[str], queries: list[Query], cache: Path
 ) -> dict[str, np.ndarray]:
-    from docsearch.evaluation import _sha
-
     tag = _sha(json.dumps([bodies[:50], len(bodies), [q.key for q in queries], EMULATIONS]))[:16]
     path = cache / f"{name.replace('/', '_')}-refbm25-{tag}.npz"
     if path.is_file():
