@@ -1,6 +1,7 @@
 """Document-level legs and fusion rules, chosen without test queries: `results/doclevel.{json,md}`.
 
     nice -n 10 python benchmarks/doclevel.py [--cache /work/cache/doclevel] [--collect-only]
+    nice -n 10 python benchmarks/doclevel.py --hybrid-only   # results/doclevel_hybrid.{json,md}
 
 Step 1 (cached, slow once): every corpus of the quality table (eval_sets.TABLE, same sampling)
 is indexed twice through the real pipeline: lexical-only (400-word chunks, what `--encoder none`
@@ -15,12 +16,15 @@ dense by pooled document vector or by aggregated chunk cosine) and fusion rules 
 offline from that cache. Weights are picked on tuning queries only (train/val splits; a set
 without splits gets a seeded 50/50 split of its relevant documents, the same for a corpus's
 variants), in-domain and leave-one-corpus-group-out; test queries only score the chosen rules.
+`--hybrid-only` runs only the hybrid families held against the product's lexical mode on the
+same index (a few minutes from the cache) next to the shipped hybrid rule.
 Not here: product code (docsearch/ is unchanged by this benchmark).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -212,12 +216,15 @@ LANCE_FTS = {
 }
 
 
+def _sha(text: str) -> str:
+    """The cache files' key (the same hash docsearch.evaluation used when they were written)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def whole_doc_lance(
     name: str, docs: list[str], bodies: list[str], queries: list[Query], cache: Path
 ) -> dict[str, Any]:
     """{variant: Q x D scores (NaN: no match)} and the tables' sizes and timings (cached)."""
-    from docsearch.evaluation import _sha
-
     tag = _sha(json.dumps([docs, [q.key for q in queries], LANCE_FTS]))[:16]
     path = cache / f"{name.replace('/', '_')}-wholedoc-{tag}.npz"
     if path.is_file():
@@ -376,8 +383,6 @@ EMULATIONS = {
 def whole_doc_references(
     name: str, bodies: list[str], queries: list[Query], cache: Path
 ) -> dict[str, np.ndarray]:
-    from docsearch.evaluation import _sha
-
     tag = _sha(json.dumps([bodies[:50], len(bodies), [q.key for q in queries], EMULATIONS]))[:16]
     path = cache / f"{name.replace('/', '_')}-refbm25-{tag}.npz"
     if path.is_file():
@@ -398,6 +403,10 @@ def whole_doc_references(
 CHUNK_POOL = 500  # chunks per leg, as Retriever.search(k=100) asks for today
 DOC_POOL = 500  # documents per document-level leg
 TODAY = {"dense": 0.4, "lexical": 0.6}  # docsearch.fusion.DEFAULT_FUSION (maxnorm)
+# the product's lexical rule (fusion.DOCUMENT_RULES["lexical"]) on the MiniLM index's chunks: what
+# `--mode lexical` ranks by on that index, so the hybrid rule there must not fall below it
+LEXICAL_MODE = "st:lexical-mode"
+LEXICAL_MODE_LEGS = (("doc:lance-plain", 0.7), ("st:bm25-sum@5", 0.3))
 AGGREGATORS = (
     "max",
     "sum",
@@ -702,6 +711,7 @@ def build_group(group: Group, cache: Path) -> GroupData:
                 ],
                 "maxnorm",
             )
+            legs[LEXICAL_MODE] = fuse([(legs[leg], w) for leg, w in LEXICAL_MODE_LEGS], "minmax")
         cost[f"{prefix}_chunks"] = len(chunk_doc)
         cost[f"{prefix}_index_seconds"] = float(saved["chunk_index_seconds"])
     print(
@@ -845,9 +855,10 @@ def single(leg: str) -> Rule:
 
 
 def baseline(scorer: Scorer, rule: Rule, mode: str, dataset: str, role: str) -> float:
-    """What `rule` must beat: whole-document BM25 (reference), today's default (hybrid mode),
-    and each of its own legs."""
+    """What `rule` must beat: whole-document BM25 (reference), today's default ("default"), or
+    the product's lexical mode on the same index ("guard"), and each of its own legs."""
     rivals = [REFERENCE, *([TODAY_HYBRID] if mode == "default" else [])]
+    rivals += [single(LEXICAL_MODE)] if mode == "guard" else []
     rivals += [single(leg) for leg, w in rule.legs if w and len(rule.legs) > 1]
     return max(scorer.mean(r, dataset, role) for r in rivals)
 
@@ -1043,6 +1054,58 @@ def adaptive_families(base: Rule) -> dict[str, list[Rule]]:
     }
 
 
+# Families aimed at "hybrid never below its lexical leg": the product's lexical rule as one side
+# with a little dense on top, or the 4-leg rule with the dense share capped. Chosen under the
+# "guard" baseline (the lexical mode on the same index is one more rival).
+
+GUARD_DENSE = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)  # the dense side's share
+GUARD_TAUS = (None, 0.1, 0.2, 0.3, 0.5, 1.0)  # None: no agreement guard
+DENSE_SIDES = (("st:dense-docmean",), ("st:dense-max",), ("st:dense-docmean", "st:dense-max"))
+DENSE_CAP = 0.3
+SHIPPED_HYBRID = Rule(  # docsearch.fusion.DOCUMENT_RULES["hybrid"]
+    "agree",
+    (("doc:lance-plain", 0.3), ("st:bm25-lse@0.1", 0.2), ("st:dense-docmean", 0.5)),
+    "zscore",
+    tau=0.1,
+)
+
+
+def lexical_plus_dense(method: str) -> list[Rule]:
+    """(1 - w) x the lexical mode's fused score + w split evenly over the dense side's legs."""
+    return [
+        Rule(
+            "guard",
+            (
+                (LEXICAL_MODE, round(1 - w, 3)),
+                *((leg, round(w / len(side), 4)) for leg in side),
+            ),
+            method,
+            tau=tau,
+        )
+        for side in DENSE_SIDES
+        for w in GUARD_DENSE
+        for tau in GUARD_TAUS
+    ]
+
+
+def capped_four_legs() -> list[Rule]:
+    """The shipped legs and method with the two dense weights summing to at most DENSE_CAP."""
+    grid = [w for w in simplex(4, 0.1) if 0 < w[2] + w[3] <= DENSE_CAP + 1e-9 and w[0] + w[1] > 0]
+    return [
+        Rule("capped", four_legs("doc:lance-plain", "lse@0.1", "max", w), "zscore", tau=tau)
+        for w in grid
+        for tau in GUARD_TAUS
+    ]
+
+
+def guard_families() -> dict[str, list[Rule]]:
+    return {
+        "lexical mode + dense, zscore": lexical_plus_dense("zscore"),
+        "lexical mode + dense, minmax": lexical_plus_dense("minmax"),
+        f"4 legs, zscore, dense weight <= {DENSE_CAP:g}": capped_four_legs(),
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Report
 
@@ -1152,14 +1215,20 @@ def analyse(groups: list[GroupData]) -> tuple[dict[str, Any], Scorer]:
         default[fam] = study(scorer, rules, "default")
         scorer.norm.clear()
         print(f"  {fam}: {len(rules)} rules, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    comparable = dict(default)  # the guard families' margins use another baseline
+    for fam, rules in guard_families().items():
+        t0 = time.perf_counter()
+        default[fam] = study(scorer, rules, "guard")
+        scorer.norm.clear()
+        print(f"  {fam}: {len(rules)} rules, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return {
         "lexical": lexical,
         "default": default,
         "chosen": {
             "lexical": pick_family(lexical, "test"),
-            "default": pick_family(default, "test"),
+            "default": pick_family(comparable, "test"),
         },
-        "test_free_pick": {"lexical": pick_family(lexical), "default": pick_family(default)},
+        "test_free_pick": {"lexical": pick_family(lexical), "default": pick_family(comparable)},
         "grid_aggregators": {"whole_doc": doc, "chunk_bm25": xs, "chunk_dense": ys},
     }, scorer
 
@@ -1508,7 +1577,10 @@ def markdown(payload: dict[str, Any], scorer: Scorer) -> str:
         f"side, dense side) / tau), tau in {TAUS}; and ranking only the lexical side's top N "
         f"documents, N in {ANCHORS}. Margin baseline: max(reference, today's hybrid, each of the "
         "rule's legs) (acceptance 1). Shipped family: best worst LODO margin on test queries; the "
-        f"test-free criterion picks **{res['test_free_pick']['default']}**.",
+        f"test-free criterion picks **{res['test_free_pick']['default']}**. The families "
+        f"{', '.join(guard_families())} are chosen and scored against another baseline "
+        f"(`{LEXICAL_MODE}`, the lexical mode on the same index, in place of today's hybrid) and "
+        "take no part in that pick; doclevel_hybrid.md has them next to the shipped rule.",
         "",
         *family_section(res["default"], res["chosen"]["default"]),
         "",
@@ -1666,6 +1738,185 @@ def recommendation(payload: dict[str, Any]) -> list[str]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# --hybrid-only: the guard families next to the shipped hybrid rule (results/doclevel_hybrid.*)
+
+
+def guard_check(scorer: Scorer, study_: dict[str, Any]) -> dict[str, Any]:
+    """A study's rules against the guard baseline, and hybrid minus the lexical mode, per set:
+    for the rule chosen on all tuning queries and for each set's leave-one-group-out rule."""
+    lexical = single(LEXICAL_MODE)
+    rows: dict[str, Any] = {}
+    worst: dict[str, list[float]] = {"test": [], "lodo_test": [], "lodo_tune": []}
+    acceptance: list[float] = []  # LODO test against issue 19's acceptance 1 (today's hybrid)
+    for ds in DATASETS:
+        row: dict[str, Any] = {}
+        for key, name, role in (
+            ("test", study_["shipped"]["name"], "test"),
+            ("lodo_test", study_["sets"][ds]["lodo_rule"], "test"),
+            ("lodo_tune", study_["sets"][ds]["lodo_rule"], "tune"),
+        ):
+            rule = scorer.rules[name]
+            value = scorer.mean(rule, ds, role)
+            base = baseline(scorer, rule, "guard", ds, role)
+            if base < SATURATED or value - base < -0.005:
+                worst[key].append(value - base)
+            row[key] = value
+            row[f"{key}_margin"] = value - base
+            row[f"{key}_minus_lexical"] = value - scorer.mean(lexical, ds, role)
+        held = scorer.rules[study_["sets"][ds]["lodo_rule"]]
+        target = baseline(scorer, held, "default", ds, "test")
+        row["lodo_test_acceptance_margin"] = row["lodo_test"] - target
+        if target < SATURATED or row["lodo_test"] - target < -0.005:
+            acceptance.append(row["lodo_test"] - target)
+        rows[ds] = row
+    gaps = {k: min(r[f"{k}_minus_lexical"] for r in rows.values()) for k in worst}
+    return {
+        "sets": rows,
+        "worst_margin": {k: (min(v) if v else 0.0) for k, v in worst.items()},
+        "worst_lodo_acceptance_margin": min(acceptance) if acceptance else 0.0,
+        "worst_minus_lexical": gaps,
+        "never_below_lexical": {k: bool(v >= -0.005) for k, v in gaps.items()},
+    }
+
+
+def guard_table(scorer: Scorer, studies: dict[str, dict[str, Any]]) -> list[str]:
+    short = " | ".join(SHORT[d] for d in DATASETS)
+    lines = [
+        f"| family | rule chosen on all tuning queries | {short} | worst margin, test | "
+        f"hybrid - lexical mode >= -0.005 (test) | LODO: {short} | worst LODO margin, test | "
+        "worst LODO margin, tune | worst LODO hybrid - lexical mode, test | "
+        "LODO hybrid >= lexical mode - 0.005 everywhere | worst LODO margin, test, against "
+        "max(reference, today's hybrid, legs) |",
+        "|---|---|" + "---|" * (2 * len(DATASETS) + 7),
+    ]
+    for fam, st in studies.items():
+        check = st["guard"]
+        test = " | ".join(f"{check['sets'][d]['test']:.4f}" for d in DATASETS)
+        lodo = " | ".join(f"{check['sets'][d]['lodo_test']:.4f}" for d in DATASETS)
+        w, gap, ok = (
+            check["worst_margin"],
+            check["worst_minus_lexical"],
+            check["never_below_lexical"],
+        )
+        lines.append(
+            f"| {fam} | `{st['shipped']['name']}` | {test} | {w['test']:+.4f} | "
+            f"{'yes' if ok['test'] else '**no**'} ({gap['test']:+.4f}) | {lodo} | "
+            f"{w['lodo_test']:+.4f} | {w['lodo_tune']:+.4f} | {gap['lodo_test']:+.4f} | "
+            f"{'yes' if ok['lodo_test'] else '**no**'} | "
+            f"{check['worst_lodo_acceptance_margin']:+.4f} |"
+        )
+    return lines
+
+
+def guard_studies(scorer: Scorer) -> dict[str, dict[str, Any]]:
+    """The shipped rule fixed, the shipped family as doclevel.md chose it, the guard families."""
+    base = Rule("hyb", four_legs("doc:lance-plain", "lse@0.1", "max", (0, 0, 0, 0)), "zscore")
+    agree = next(rules for fam, rules in adaptive_families(base).items() if "agreement" in fam)
+    plan: list[tuple[str, list[Rule], str]] = [
+        ("shipped rule (fixed)", [SHIPPED_HYBRID], "guard"),
+        ("lexical mode alone (fixed)", [single(LEXICAL_MODE)], "guard"),
+        (
+            "4 legs, zscore, dense weight x agreement (shipped family, chosen as before)",
+            agree,
+            "default",
+        ),
+        *((fam, rules, "guard") for fam, rules in guard_families().items()),
+    ]
+    studies: dict[str, dict[str, Any]] = {}
+    for fam, rules, mode in plan:
+        t0 = time.perf_counter()
+        studies[fam] = study(scorer, rules, mode)
+        studies[fam]["guard"] = guard_check(scorer, studies[fam])
+        scorer.norm.clear()
+        print(f"  {fam}: {len(rules)} rules, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return studies
+
+
+def guard_markdown(payload: dict[str, Any], scorer: Scorer) -> str:
+    studies = payload["studies"]
+    lexical = [f"{scorer.mean(single(LEXICAL_MODE), d, 'test'):.4f}" for d in DATASETS]
+    lines = [
+        "# Hybrid rules that hold against their lexical leg",
+        "",
+        *machine_lines(payload["machine"], payload["command"]),
+        "- data, legs, splits and leave-one-corpus-group-out protocol: as in doclevel.md (same "
+        "cache); rules chosen on tuning queries only, test queries only score them",
+        f"- `{LEXICAL_MODE}` = the product's lexical rule on the MiniLM index, "
+        "`minmax(0.7*doc:lance-plain + 0.3*st:bm25-sum@5)`; test nDCG@10 "
+        + " / ".join(lexical)
+        + " ("
+        + " / ".join(SHORT[d] for d in DATASETS)
+        + ")",
+        "- guard baseline (margins here): max(whole-doc BM25 reference, "
+        f"`{LEXICAL_MODE}`, each of the rule's legs; not today's best-chunk hybrid); a set whose baseline is >= 0.995 counts only "
+        "if the rule drops more than 0.005 below it. The new families are chosen by their worst "
+        "margin over this baseline; the shipped family row keeps doclevel.md's choice (acceptance-1 "
+        "baseline, without the lexical mode) and is only scored against the guard baseline",
+        "- families: lexical mode + dense = (1 - w) x the lexical mode's fused score + w over "
+        f"the dense side (doc-mean, best chunk, or both halved), w in {GUARD_DENSE}, tau in "
+        f"{GUARD_TAUS} (None = no agreement guard); 4 legs capped = the shipped legs "
+        f"(doc:lance-plain, st:bm25-lse@0.1, st:dense-docmean, st:dense-max), zscore, grid step "
+        f"0.1 with the dense weights summing to <= {DENSE_CAP:g}, same taus",
+        "",
+        *guard_table(scorer, studies),
+        "",
+    ]
+    for fam, st in studies.items():
+        if "(fixed)" not in fam:
+            lines += [f"### {fam}", "", *lodo_detail(st), ""]
+    lines += payload["reading"]
+    return "\n".join(lines) + "\n"
+
+
+def guard_reading(studies: dict[str, dict[str, Any]]) -> list[str]:
+    """Which family, if any, has a worst LODO case better than the shipped rule's."""
+    shipped = studies["shipped rule (fixed)"]["guard"]["worst_margin"]["lodo_test"]
+    family = studies["4 legs, zscore, dense weight x agreement (shipped family, chosen as before)"]
+    bar = max(shipped, family["guard"]["worst_margin"]["lodo_test"])
+    new = {f: s for f, s in studies.items() if f in guard_families()}
+    best = max(new, key=lambda f: new[f]["guard"]["worst_margin"]["lodo_test"])
+    top = new[best]["guard"]["worst_margin"]["lodo_test"]
+    verdict = (
+        f"**{best}** (`{new[best]['shipped']['name']}`) has the best worst LODO margin of the new "
+        f"families, {top:+.4f}, against {shipped:+.4f} for the shipped rule and "
+        f"{family['guard']['worst_margin']['lodo_test']:+.4f} for its family's LODO rules"
+    )
+    verdict += " (better)." if top > bar + 1e-9 else ": no new family beats the shipped rule."
+    fixed = studies["shipped rule (fixed)"]["guard"]["sets"]
+    change = ", ".join(
+        f"{SHORT[d]} {new[best]['guard']['sets'][d]['lodo_test'] - fixed[d]['test']:+.4f}"
+        for d in DATASETS
+    )
+    return [
+        "## Reading",
+        "",
+        verdict,
+        "",
+        f"Its LODO test nDCG@10 minus the shipped rule's, per set: {change}.",
+    ]
+
+
+def hybrid_only(args: argparse.Namespace, info: dict[str, Any]) -> None:
+    groups = [build_group(g, args.cache) for g in TABLE]
+    scorer = Scorer(groups)
+    for d in DATASETS:
+        print(
+            f"{d}: {LEXICAL_MODE} {scorer.mean(single(LEXICAL_MODE), d, 'test'):.4f}",
+            file=sys.stderr,
+        )
+    studies = guard_studies(scorer)
+    payload = {
+        "machine": info,
+        "command": "python " + " ".join(sys.argv),
+        "studies": studies,
+        "reading": guard_reading(studies),
+    }
+    text = guard_markdown(payload, scorer)
+    write_results(RESULTS, "doclevel_hybrid", payload, text)
+    print(text)
+
+
 def main() -> None:
     args = parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -1676,6 +1927,9 @@ def main() -> None:
     info = machine()
     if args.collect_only:
         collect(args.cache)
+        return
+    if args.hybrid_only:
+        hybrid_only(args, info)
         return
     groups = [build_group(g, args.cache) for g in TABLE]
     result, scorer = analyse(groups)
@@ -1718,6 +1972,11 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--collect-only", action="store_true")
+    parser.add_argument(
+        "--hybrid-only",
+        action="store_true",
+        help="only the hybrid families held against the lexical mode -> doclevel_hybrid.*",
+    )
     return parser.parse_args()
 
 
