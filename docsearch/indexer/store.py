@@ -958,7 +958,12 @@ class Store:
     ) -> list[DocCandidate]:
         """The `k` best documents for `query` by BM25 over their whole text (words as written:
         no stemming, no stop words), best first. See `_search_documents` for what is empty."""
-        scan = {"full_text_query": query, "limit": k}
+        # A quoted query would be a phrase query, which this index (no word positions) refuses;
+        # as words, the quotes change no BM25 score.
+        words = query.replace('"', " ")
+        if not words.strip():
+            return []
+        scan = {"full_text_query": words, "limit": k}
         return [
             self._doc(r, r.pop("_score")) for r in self._search_documents(where, "_score", scan)
         ]

@@ -166,3 +166,12 @@ def test_a_rebuilt_docs_table_is_indexed_and_searched_through_the_same_store(
     assert [d.path for d in store.search_documents_text("indemnification", 5, None)] == [
         str(root / "a.md")
     ]
+
+
+def test_a_quoted_query_searches_documents_by_its_words(collection: tuple[str, Path]) -> None:
+    """The documents' index keeps no word positions, so quotes cannot ask it for a phrase."""
+    db, root = collection
+    store = Store.open(db, "c")
+    quoted = {d.path for d in store.search_documents_text('"walrus saxophone"', 5, None)}
+    assert quoted == {str(root / "dense.md"), str(root / "spread.md")}
+    assert store.search_documents_text('""', 5, None) == []
