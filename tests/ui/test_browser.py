@@ -42,7 +42,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     incoming.mkdir()
     (incoming / "memo.md").write_text("# Memo\n\nThe quarterly escrow review is due in May.\n")
     (incoming / "broken.pdf").write_bytes(b"%PDF-1.7 not really a pdf")
-    (incoming / "photo.jpg").write_bytes(b"\xff\xd8\xff")
+    (incoming / "drawing.dwg").write_bytes(b"AC1032 not a format docsearch reads")
     _index(db, corpus, "samples", "none")  # lexical: fast, no model
     _index(db, corpus, "samples-hybrid", "hashing")  # the deterministic fake encoder
     artifacts = Path(os.environ.get("DOCSEARCH_TEST_ARTIFACTS", base))
@@ -177,7 +177,7 @@ def test_indexing_a_folder_from_the_ui_reports_each_file(
     report = page.locator("#ds-index-report")
     rows = report.inner_text()
     assert "failed\nbroken.pdf\ncorrupt PDF" in rows  # failed files first, with the reason
-    assert "photo.jpg" in rows and "unsupported file type" in rows
+    assert "drawing.dwg" in rows and "unsupported file type" in rows
     page.get_by_role("tab", name="Search").click()
     page.locator("#ds-collection input").first.click()
     page.get_by_role("option", name="incoming", exact=True).click()
