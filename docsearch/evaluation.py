@@ -379,9 +379,15 @@ def evaluate_dataset(
     settings: Settings | None = None,
     progress: ProgressSink | None = None,
     similar: bool = False,
-) -> EvalResult:
-    """Index `rset` into a temporary store (settings as for `EvalIndex`), search it in `mode`
-    (`similar`: each query read as a document) and score the run."""
+) -> list[EvalResult]:
+    """Index `rset` once into a temporary store (settings as for `EvalIndex`), search it in
+    `mode`, or in every mode the index answers when `mode` is "all" (one index, one embedding
+    pass), and score each run (`similar`: each query read as a document)."""
+    from docsearch.indexer.collection import LEXICAL_ONLY
+
+    every = mode == "all"
+    if every:
+        mode = "lexical" if encoder == LEXICAL_ONLY else None
     encoder, mode = default_mode(encoder, mode)
     with EvalIndex(
         rset, encoder=encoder, options=options, settings=settings, progress=progress
@@ -389,7 +395,8 @@ def evaluate_dataset(
         if index.encoder is None and mode != "lexical":
             log.warning("no encoder could be loaded; evaluating lexical search instead")
             mode = "lexical"
-        return index.evaluate(mode, similar=similar)
+        modes = MODES if every and index.encoder is not None else (mode,)
+        return [index.evaluate(m, similar=similar) for m in modes]
 
 
 def load_dataset(

@@ -39,7 +39,10 @@ def eval_command(
     option: EncoderOptionsOption = None,
     mode: Annotated[
         str | None,
-        typer.Option(help="hybrid, vector or lexical (default: hybrid; lexical loads no model)."),
+        typer.Option(
+            help="hybrid, vector, lexical, or all: every mode from one index (default: hybrid; "
+            "lexical loads no model)."
+        ),
     ] = None,
     split: Annotated[
         str, typer.Option(help="Queries of this split ('all': every query).")
@@ -75,7 +78,7 @@ def eval_command(
     options = encoder_options(option, model=model)
     rset = load_dataset(dataset, split, task).subsample(max_docs, seed)
     with ConsoleProgress(f"indexing {rset.name}") as progress:
-        result = evaluate_dataset(
+        results = evaluate_dataset(
             rset,
             encoder=encoder,
             options=options,
@@ -84,4 +87,8 @@ def eval_command(
             progress=progress,
             similar=similar,
         )
-    typer.echo(json.dumps(result.as_dict(), indent=2) if as_json else result.summary())
+    if as_json:  # one mode: its result, as before; several: a list, one per mode
+        data = [r.as_dict() for r in results]
+        typer.echo(json.dumps(data if len(data) > 1 else data[0], indent=2))
+    else:
+        typer.echo("\n\n".join(r.summary() for r in results))

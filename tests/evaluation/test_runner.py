@@ -19,7 +19,7 @@ TINY = FIXTURES / "beir_tiny"
 
 
 def test_lexical_eval_finds_the_judged_documents() -> None:
-    result = evaluate_dataset(load_beir(TINY), mode="lexical")
+    [result] = evaluate_dataset(load_beir(TINY), mode="lexical")
     assert result.encoder == "none" and result.mode == "lexical"
     assert result.queries == 3 and result.documents == 6
     # every tiny query shares distinctive words with its document only
@@ -101,3 +101,23 @@ def test_eval_indexes_with_the_same_settings_as_index(monkeypatch: pytest.Monkey
     monkeypatch.setenv("DOCSEARCH_MAX_TOKENS", "8")
     capped = json.loads(CliRunner().invoke(_app(), ["eval", str(TINY), "--json"]).stdout)
     assert capped["chunks"] > default["chunks"]
+
+
+def test_mode_all_scores_every_mode_from_one_index() -> None:
+    results = evaluate_dataset(load_beir(TINY), encoder="hashing", mode="all")
+    assert [r.mode for r in results] == ["hybrid", "vector", "lexical"]
+    # one build: the index time and chunks each result reports are that one index's
+    assert len({(r.index_seconds, r.chunks) for r in results}) == 1
+    with EvalIndex(load_beir(TINY), encoder="hashing") as index:
+        assert results[1].metrics == index.evaluate("vector").metrics
+    [lexical] = evaluate_dataset(load_beir(TINY), encoder="none", mode="all")
+    assert lexical.mode == "lexical" and lexical.encoder == "none"
+
+
+def test_cli_eval_mode_all_prints_a_result_per_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCSEARCH_ENCODER", "hashing")
+    out = CliRunner().invoke(_app(), ["eval", str(TINY), "--mode", "all", "--json"])
+    assert out.exit_code == 0, out.output
+    assert [r["mode"] for r in json.loads(out.stdout)] == ["hybrid", "vector", "lexical"]
+    text = CliRunner().invoke(_app(), ["eval", str(TINY), "--mode", "all"]).stdout
+    assert text.count("mode: ") == 3
