@@ -6,6 +6,7 @@ Not here: the search itself (`docsearch.retriever`), snippets (`docsearch.snippe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,28 +47,38 @@ def search(
     retriever = Retriever(collection, settings=Settings.resolve(db=db))
     granularity = "passage" if passages else "document"
     hits = retriever.search(query, k=k, mode=mode, where=where, path=path, granularity=granularity)
+    echo_hits(hits, as_json, _format_hit, "no results")
+
+
+def echo_hits(hits: list[Any], as_json: bool, render: Callable[[int, Any], str], none: str) -> None:
+    """Hits as a JSON list, or each rendered by `render(rank, hit)`; `none` on stderr if empty."""
     if as_json:
         typer.echo(json.dumps([h.as_dict() for h in hits], indent=2, default=str))
         return
     if not hits:
-        typer.echo("no results", err=True)
+        typer.echo(none, err=True)
     for rank, hit in enumerate(hits, start=1):
-        typer.echo(_format_hit(rank, hit))
+        typer.echo(render(rank, hit))
 
 
-def _format_hit(rank: int, hit: Any) -> str:
-    """The hit's title, where it is and why it ranked, then its best passages (or its snippet)."""
-    legs = ", ".join(
+def leg_scores(hit: Any) -> str:
+    """'doc_lexical #1 12.300, lexical #2 8.100': each leg's rank and raw score."""
+    return ", ".join(
         f"{leg} #{s['rank']} {s['score']:.3f}"
         for leg, s in sorted(hit.scores.items())
         if leg != "fused"
     )
+
+
+def _format_hit(rank: int, hit: Any) -> str:
+    """The hit's title, where it is and why it ranked, then its best passages (or its snippet)."""
+    legs = leg_scores(hit)
     agreement = hit.scores.get("fused", {}).get("agreement")
     if agreement is not None:
         legs += f"; agreement {agreement:.2f}"
     lines = [
         f"{rank}. {hit.title or Path(hit.path).name}",
-        f"   {_short_path(hit.path)}  p. {hit.pages}{' (OCR)' * hit.ocr}  score {hit.score:.4f} ({legs})",
+        f"   {short_path(hit.path)}  p. {hit.pages}{' (OCR)' * hit.ocr}  score {hit.score:.4f} ({legs})",
     ]
     if hit.heading_path:
         lines.append(f"   § {hit.heading_path}")
@@ -78,7 +89,7 @@ def _format_hit(rank: int, hit: Any) -> str:
     return "\n".join(lines)
 
 
-def _short_path(path: str) -> str:
+def short_path(path: str) -> str:
     try:
         return str(Path(path).relative_to(Path.cwd()))
     except ValueError:

@@ -6,13 +6,12 @@ line is shared with `docsearch search`.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
 
 from docsearch.app.common import CollectionOption, DbOption, JsonOption, handle_errors
-from docsearch.app.search_cmd import _short_path
+from docsearch.app.search_cmd import echo_hits, leg_scores, short_path
 
 
 @handle_errors
@@ -44,25 +43,15 @@ def similar(
 
     retriever = Retriever(collection, settings=Settings.resolve(db=db))
     hits = retriever.similar(source, k=k, mode=mode)
-    if as_json:
-        typer.echo(json.dumps([h.as_dict() for h in hits], indent=2, default=str))
-        return
-    if not hits:
-        typer.echo("no similar documents", err=True)
-    for rank, hit in enumerate(hits, start=1):
-        typer.echo(_format_similar(rank, hit))
+    echo_hits(hits, as_json, _format_similar, "no similar documents")
 
 
 def _format_similar(rank: int, hit: Any) -> str:
     """Title, path and score, the shared key terms, then the passage pair with their pages."""
-    legs = ", ".join(
-        f"{leg} #{s['rank']} {s['score']:.3f}"
-        for leg, s in sorted(hit.scores.items())
-        if leg != "fused"
-    )
+    legs = leg_scores(hit)
     lines = [
-        f"{rank}. {hit.title or _short_path(hit.path)}",
-        f"   {_short_path(hit.path)}  score {hit.score:.4f} ({legs})",
+        f"{rank}. {hit.title or short_path(hit.path)}",
+        f"   {short_path(hit.path)}  score {hit.score:.4f} ({legs})",
     ]
     if hit.terms:
         lines.append(f"   shared terms: {', '.join(hit.terms)}")
