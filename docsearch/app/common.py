@@ -31,6 +31,10 @@ CollectionOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="JSON output.")]
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help="Model id or folder.")]
+NewEncoderOption = Annotated[
+    str | None,
+    typer.Option("--encoder", "-e", help="Encoder for a new collection ('none': BM25 only)."),
+]
 EncoderOptionsOption = Annotated[
     list[str] | None, typer.Option("--option", "-o", help="Encoder option KEY=VALUE.")
 ]

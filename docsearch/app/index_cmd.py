@@ -19,6 +19,7 @@ from docsearch.app.common import (
     EncoderOptionsOption,
     MaxTokensOption,
     ModelOption,
+    NewEncoderOption,
     encoder_options,
     handle_errors,
 )
@@ -32,10 +33,7 @@ if TYPE_CHECKING:
 def index(
     path: Annotated[Path, typer.Argument(help="Folder (or file) to index.", show_default=False)],
     collection: CollectionOption = None,
-    encoder: Annotated[
-        str | None,
-        typer.Option("--encoder", "-e", help="Encoder for a new collection ('none': BM25 only)."),
-    ] = None,
+    encoder: NewEncoderOption = None,
     model: ModelOption = None,
     adapter: Annotated[
         str | None, typer.Option("--adapter", help="Fine-tuned adapter folder.")

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from docsearch.app.common import CollectionOption, DbOption, handle_errors
+from docsearch.app.common import CollectionOption, DbOption, NewEncoderOption, handle_errors
 from docsearch.errors import UsageError
 
 
@@ -20,10 +20,7 @@ from docsearch.errors import UsageError
 def watch_command(
     folder: Annotated[Path, typer.Argument(help="Folder to keep indexed.", show_default=False)],
     collection: CollectionOption = None,
-    encoder: Annotated[
-        str | None,
-        typer.Option("--encoder", "-e", help="Encoder for a new collection ('none': BM25 only)."),
-    ] = None,
+    encoder: NewEncoderOption = None,
     quiet: Annotated[
         float, typer.Option(help="Seconds without changes before re-indexing.", min=0.05)
     ] = 0.5,
