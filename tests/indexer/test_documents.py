@@ -109,12 +109,18 @@ def test_whole_text_puts_every_character_at_its_offset_even_with_overlapping_chu
     assert (row["page_start"], row["page_end"], row["n_chunks"]) == (1, 2, len(chunks))
 
 
-def test_a_lexical_only_collection_has_documents_without_vectors(tmp_path: Path) -> None:
+def _one_lexical_file(tmp_path: Path) -> tuple[str, Path]:
+    """A lexical-only collection 'c' of one Markdown file: (database, the file)."""
     root = tmp_path / "docs"
     root.mkdir()
     (root / "a.md").write_text("# A\n\nThe indemnification clause survives termination.\n")
     db = str(tmp_path / "db")
     index_into(db, root, encoder="none", options={})
+    return db, root / "a.md"
+
+
+def test_a_lexical_only_collection_has_documents_without_vectors(tmp_path: Path) -> None:
+    db, _ = _one_lexical_file(tmp_path)
     store = Store.open(db, "c")
     assert store.has_documents and "vector" not in next(iter(documents(db).values()))
     assert len(store.search_documents_text("indemnification", 5, None)) == 1
@@ -152,20 +158,14 @@ def test_a_rebuilt_docs_table_is_indexed_and_searched_through_the_same_store(
     """A Store that already read its docs table keeps working after the table is rebuilt."""
     from docsearch.indexer.store import _drop_tables
 
-    root = tmp_path / "docs"
-    root.mkdir()
-    (root / "a.md").write_text("# A\n\nThe indemnification clause survives termination.\n")
-    db = str(tmp_path / "db")
-    index_into(db, root, encoder="none", options={})
+    db, file = _one_lexical_file(tmp_path)
     store = Store.open(db, "c")
     assert store.docs.count_rows() == 1  # the old table's handle is now held
     _drop_tables(store.db, store.uri, "c", ["docs"])
     store.ensure_documents()
     fresh = Store.open(db, "c")
     assert fresh.has_documents
-    assert [d.path for d in store.search_documents_text("indemnification", 5, None)] == [
-        str(root / "a.md")
-    ]
+    assert [d.path for d in store.search_documents_text("indemnification", 5, None)] == [str(file)]
 
 
 def test_a_quoted_query_searches_documents_by_its_words(collection: tuple[str, Path]) -> None:
