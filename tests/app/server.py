@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import REPO
-from tests.ui.browser import _wait_until_up, free_port
+from tests.ui.browser import free_port, running
 
 
 @dataclass
@@ -62,23 +61,7 @@ def served(env: dict[str, str], *args: str, log: Path | None = None) -> Iterator
     """`docsearch serve ARGS` with `env` (DOCSEARCH_DB, DOCSEARCH_KEYS...) until the block ends."""
     port = free_port()
     full = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **env}
-    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [sys.executable, "-m", "docsearch.app.cli", "serve", "--port", str(port), *args],
-        env=full,
-        cwd=REPO,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        _wait_until_up(f"http://127.0.0.1:{port}/api/v1/health", process, 120)
+    argv = [sys.executable, "-m", "docsearch.app.cli", "serve", "--port", str(port), *args]
+    health = f"http://127.0.0.1:{port}/api/v1/health"
+    with running(argv, env=full, cwd=REPO, ready=health, timeout=120, log=log):
         yield Client("127.0.0.1", port)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if log:
-            out.close()  # type: ignore[union-attr]

@@ -41,14 +41,35 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], timeout: float) -
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"docsearch ui exited with {process.returncode}")
+            raise RuntimeError(f"the server exited with {process.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
                     return
         except OSError:
             time.sleep(0.3)
-    raise RuntimeError(f"docsearch ui did not answer at {url} within {timeout:.0f} s")
+    raise RuntimeError(f"the server did not answer at {url} within {timeout:.0f} s")
+
+
+@contextmanager
+def running(
+    argv: list[str], *, env: dict[str, str], cwd: Path, ready: str, timeout: float, log: Path | None
+) -> Iterator[None]:
+    """Run `argv` until the block ends, once `ready` (a URL) answers 200; output to `log`."""
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_until_up(ready, process, timeout)
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if log:
+            out.close()  # type: ignore[union-attr]
 
 
 @contextmanager
@@ -64,27 +85,10 @@ def ui_server(
     yields its URL."""
     port = free_port()
     env = dict(os.environ) | {"PYTHONPATH": str(REPO), "DOCSEARCH_DB": db} | (env or {})
-    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [*ui_argv(), "--db", db, "--port", str(port), *args],
-        cwd=cwd,
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
     url = f"http://127.0.0.1:{port}/"
-    try:
-        _wait_until_up(url, process, timeout)
+    argv = [*ui_argv(), "--db", db, "--port", str(port), *args]
+    with running(argv, env=env, cwd=cwd, ready=url, timeout=timeout, log=log):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if log:
-            out.close()  # type: ignore[union-attr]
 
 
 def chromium_missing() -> str | None:
