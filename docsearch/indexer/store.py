@@ -504,6 +504,7 @@ class Store:
         self._search_indexed = False  # the full-text index exists (checked once per Store)
         self._first_build = False  # this Store created that index while the table was filling
         self._has_documents = False
+        self._ocr_columns = False  # the OCR columns exist (checked once per Store)
         self.meta = self._stored_meta()
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -636,13 +637,17 @@ class Store:
         return self._has_documents
 
     def _add_ocr_columns(self) -> None:
-        """A collection made before OCR gains its columns (unmarked) when next written."""
+        """A collection made before OCR gains its columns (unmarked) when next written; one
+        schema check per Store, not one per commit."""
+        if self._ocr_columns:
+            return
         for table, column, value in [
             (self.chunks, "ocr", "false"),
             (self.files_table, "ocr_pages", "''"),
         ]:
             if column not in table.schema.names:
                 table.add_columns({column: value})
+        self._ocr_columns = True
 
     def check_compatible(self, meta: CollectionMeta) -> None:
         old, new = self.meta.encoder, meta.encoder
