@@ -46,6 +46,7 @@ from docsearch.indexer.store import (
     ChunkView,
     DocCandidate,
     Store,
+    candidate,
     resolve_collection,
     sql_in,
 )
@@ -437,9 +438,7 @@ class Retriever:
             found = self.store.search_vector(vector, MAX_PASSAGES, only)
         if not found:
             rows = self.store.rows(ChunkFilter(paths=[path], where="ordinal = 0"), RESULT_COLUMNS)
-            for row in rows:
-                row["chunk_id"] = row.pop("id")
-            found = [Candidate(**row, score=0.0, raw_score=0.0) for row in rows]
+            found = [candidate(row, 0.0) for row in rows]
         return [Passage(**_view(one, query), score=one.score) for one in found]
 
     def _usable_mode(self, mode: str) -> str:

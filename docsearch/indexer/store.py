@@ -162,7 +162,7 @@ def _nearest(vector: np.ndarray, k: int) -> dict[str, Any]:
     return query | ANN_SEARCH | {"ef": max(ANN_SEARCH["ef"], k)}
 
 
-def _candidate(row: dict[str, Any], score: float) -> Candidate:
+def candidate(row: dict[str, Any], score: float) -> Candidate:
     """A row of a search read (RESULT_COLUMNS, its score column already taken out)."""
     row["chunk_id"] = row.pop("id")
     row.setdefault("ocr", False)  # a collection from before OCR has no such column
@@ -956,7 +956,7 @@ class Store:
             "columns": [*RESULT_COLUMNS, "_distance"],
         }
         # Lance reports the cosine distance; candidates score by similarity (higher is better).
-        return [_candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
+        return [candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
 
     def search_documents_text(
         self, query: str, k: int, where: ChunkFilter | None
@@ -1028,7 +1028,7 @@ class Store:
     def _search_fts(self, query: Any, k: int, where: ChunkFilter | None) -> list[Candidate]:
         columns = [*RESULT_COLUMNS, "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
-        return [_candidate(r, r.pop("_score")) for r in self._scan(where, **scan)]
+        return [candidate(r, r.pop("_score")) for r in self._scan(where, **scan)]
 
     def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
