@@ -110,6 +110,11 @@ class Fusion:
     tau: float | None = None
 
     @property
+    def uses_dense(self) -> bool:
+        """Whether the rule weighs a dense leg (which needs the query encoded)."""
+        return any(w and is_dense(leg) for leg, w in self.weights.items())
+
+    @property
     def uses_documents(self) -> bool:
         """Whether the rule weighs a document leg (which needs the collection's document table)."""
         return any(w and leg.startswith("doc_") for leg, w in self.weights.items())
@@ -149,20 +154,35 @@ class Fusion:
 # Chosen by benchmarks/fusion.py (train/val queries, all-MiniLM-L6-v2; results/fusion.md).
 CHUNK_FUSION = Fusion("maxnorm", {"dense": 0.4, "lexical": 0.6})
 # Document level, per search mode: chosen by leave-one-corpus-out on tuning queries only
-# (benchmarks/doclevel.py, results/doclevel.md). Chunk BM25 there is plain BM25 over the
-# 500-chunk pool (no identifier lift); vector mode keeps each document's best chunk.
+# (benchmarks/doclevel.py, results/doclevel.md and doclevel_hybrid.md). Chunk BM25 there is plain
+# BM25 over the 500-chunk pool (no identifier lift); vector mode keeps each document's best chunk.
+# Hybrid has two rules: a short query (a question, a title, a claim) needs the dense side, a
+# long one (a summary or an abstract, text that describes a whole document) is best ranked by
+# the lexical rule; the rule and the length were chosen together (document_rule).
 DOCUMENT_RULES = {
     "lexical": Fusion(
         "minmax", {"doc_lexical": 0.7, "lexical": 0.3}, aggregate={"lexical": "sum@5"}
     ),
     "hybrid": Fusion(
         "zscore",
-        {"doc_lexical": 0.3, "lexical": 0.2, "doc_dense": 0.5},
+        {"doc_lexical": 0.2, "lexical": 0.4, "doc_dense": 0.2, "dense": 0.2},
         aggregate={"lexical": "lse@0.1"},
-        tau=0.1,
     ),
     "vector": Fusion("maxnorm", {"dense": 1.0}),
 }
+# From this many words on, a hybrid query takes the lexical rule: on tuning queries that long,
+# no share of dense (0 to 50% over the lexical rule, with or without the agreement guard)
+# ranked better, and it saves encoding the query.
+LONG_QUERY_WORDS = 24
+
+
+def document_rule(mode: str, query: str) -> Fusion:
+    """The document rule `mode` ranks `query` by (DOCUMENT_RULES, LONG_QUERY_WORDS)."""
+    if mode == "hybrid" and len(query.split()) >= LONG_QUERY_WORDS:
+        return DOCUMENT_RULES["lexical"]
+    return DOCUMENT_RULES[mode]
+
+
 # Query by document (`Retriever.similar`): the document legs alone, the query being the query
 # document's key terms (their number chosen on irled2017-precedent, benchmarks/similar.py) and
 # its doc-mean vector. Hybrid: z-scores, the two legs weighed alike, not yet measured for this

@@ -7,7 +7,8 @@
 Modes: `hybrid` (dense + BM25, fused; the default when the collection has vectors), `vector`,
 `lexical` (loads no model). Documents are ranked by legs at the document level (whole-document
 BM25, the doc-mean vector) and chunk legs aggregated per document, fused by the mode's rule in
-`docsearch.fusion.DOCUMENT_RULES`; where no document leg can answer (a collection without a
+`docsearch.fusion.DOCUMENT_RULES` (a hybrid query of LONG_QUERY_WORDS or more takes the lexical
+rule and is not encoded); where no document leg can answer (a collection without a
 document table, a `where` on chunk columns) a document scores as its best chunk in each leg
 (CHUNK_FUSION). A document hit carries its best passages (up to MAX_PASSAGES, ranked as passage
 search ranks them); `granularity="passage"` returns chunks instead (for RAG). Exact identifiers in
@@ -38,7 +39,14 @@ from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.encoders.base import Encoder, encoder_from_spec
 from docsearch.errors import EncoderUnavailableError, UsageError
-from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, SIMILAR_RULES, Fusion, aggregate, ranks
+from docsearch.fusion import (
+    CHUNK_FUSION,
+    SIMILAR_RULES,
+    Fusion,
+    aggregate,
+    document_rule,
+    ranks,
+)
 from docsearch.indexer.filters import ChunkFilter
 from docsearch.indexer.store import (
     RESULT_COLUMNS,
@@ -267,8 +275,10 @@ class Retriever:
         flt = ChunkFilter(path=path, paths=paths, where=where)
         mode = self._usable_mode(mode or self.default_mode())
         documents = granularity == "document"
+        rule = self._document_rule(mode, flt, query) if documents else None
         pool = max(CHUNK_POOL, 5 * k) if documents else max(20, 2 * k)
-        vector = None if mode == "lexical" else self.encoder().encode_queries([query])[0]
+        encode = mode != "lexical" and (rule is None or rule.uses_dense)
+        vector = self.encoder().encode_queries([query])[0] if encode else None
         found: dict[str, list[Candidate]] = {}
         bm25: list[Candidate] = []
         if vector is not None:
@@ -282,8 +292,7 @@ class Retriever:
             {leg: {c.chunk_id: c.raw_score for c in cands} for leg, cands in found.items()},
         )
         by_id = {c.chunk_id: c for cands in found.values() for c in cands}
-        if documents:
-            rule = self._document_rule(mode, flt)
+        if rule is not None:
             if rule.uses_documents and "lexical" in found:  # measured on plain BM25 (no lift)
                 found = {**found, "lexical": bm25}
             return self._documents(query, vector, rule, found, chunks, by_id, k, flt)
@@ -409,10 +418,10 @@ class Retriever:
             )
         return hits
 
-    def _document_rule(self, mode: str, flt: ChunkFilter) -> Fusion:
-        """The mode's document rule (hybrid: the Retriever's fusion if it has one); CHUNK_FUSION
-        where the rule's document legs cannot answer."""
-        rule = self.fusion if mode == "hybrid" and self.fusion else DOCUMENT_RULES[mode]
+    def _document_rule(self, mode: str, flt: ChunkFilter, query: str) -> Fusion:
+        """The mode's document rule for `query` (hybrid: the Retriever's fusion if it has one);
+        CHUNK_FUSION where the rule's document legs cannot answer."""
+        rule = self.fusion if mode == "hybrid" and self.fusion else document_rule(mode, query)
         if rule.uses_documents and (flt.has_where or not self.store.has_documents):
             return CHUNK_FUSION
         return rule

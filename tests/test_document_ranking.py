@@ -2,8 +2,8 @@
 
 `spread.txt` talks about the query in every paragraph; `single.txt` has one paragraph that
 matches it better than any other chunk and is otherwise about something else. Whole-document
-legs and aggregated chunk legs rank `spread` first; a document scored as its best chunk ranks
-`single` first. The fused scores and leg breakdowns are recomputed here from the legs' raw
+legs and aggregated chunk legs (the lexical rule, and hybrid for a long query that summarises a
+document) rank `spread` first; a document scored as its best chunk ranks `single` first. The fused scores and leg breakdowns are recomputed here from the legs' raw
 candidates, with the rules' arithmetic written out by hand (not docsearch.fusion).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from docsearch.fusion import CHUNK_FUSION
+from docsearch.fusion import LONG_QUERY_WORDS
 from docsearch.retriever import Hit, Retriever
 from tests.fakes import HashingEncoder
 from tests.helpers import index_into
@@ -119,54 +119,90 @@ def test_without_a_document_table_documents_rank_by_their_best_chunk(
     assert len(hits[1].passages) == 3  # passages still come from the chunk pool
 
 
-def _doc_mean_cosines(retriever: Retriever) -> dict[str, float]:
-    """cosine(query, normalised mean of each document's chunk vectors), from the stored chunks."""
+def _cosines(retriever: Retriever) -> tuple[dict[str, float], dict[str, float]]:
+    """Per document: cosine(query, normalised mean of its chunk vectors) and its best chunk's
+    cosine, from the stored chunks."""
     rows = retriever.store.rows("ordinal >= 0", ["doc_id", "vector"])
     by_doc: dict[str, list[np.ndarray]] = {}
     for row in rows:
         by_doc.setdefault(row["doc_id"], []).append(np.asarray(row["vector"], dtype=np.float64))
     query = HashingEncoder(max_tokens=40).encode_queries([QUERY])[0].astype(np.float64)
-    out = {}
+    query /= np.linalg.norm(query)
+    mean_cos, best_cos = {}, {}
     for doc, vectors in by_doc.items():
         mean = np.sum(vectors, axis=0)
-        out[doc] = float(query @ (mean / np.linalg.norm(mean)) / np.linalg.norm(query))
-    return out
+        mean_cos[doc] = float(query @ (mean / np.linalg.norm(mean)))
+        best_cos[doc] = max(float(query @ (v / np.linalg.norm(v))) for v in vectors)
+    return mean_cos, best_cos
 
 
-def test_hybrid_ranks_the_spread_document_first(corpus: tuple[str, Path]) -> None:
+def test_hybrid_fuses_a_short_query_by_its_rule(corpus: tuple[str, Path]) -> None:
     db, _ = corpus
     retriever = Retriever("hyb", db=db)
     hits = retriever.search(QUERY, k=5)
-    assert _names(hits)[0] == "spread.txt"
-    best_chunk = Retriever("hyb", db=db, fusion=CHUNK_FUSION).search(QUERY, k=5)
-    assert _names(best_chunk)[0] == "single.txt"
-
-    # zscore(0.3 whole-doc BM25 + 0.2 chunk BM25 lse@0.1 + 0.5 doc-mean cosine), dense x agreement
+    # A short query: zscore(0.2 whole-doc BM25 + 0.4 chunk BM25 lse@0.1 + 0.2 doc-mean cosine
+    # + 0.2 best chunk cosine)
     whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(QUERY, 500, None)}
     chunks = _chunk_bm25(retriever)
     unit = 0.1 * max(s for scores in chunks.values() for s in scores)
     lse = {d: 0.1 * math.log(sum(math.exp(s / unit) for s in ss)) for d, ss in chunks.items()}
-    dense = _doc_mean_cosines(retriever)
-    keys = set(whole) | set(lse) | set(dense)
+    mean_cos, best_cos = _cosines(retriever)
+    keys = set(whole) | set(lse) | set(mean_cos)
     assert len(keys) == 5 and {h.doc_id for h in hits} == keys
-    z_whole, z_lse, z_dense = _zscores(whole, keys), _zscores(lse, keys), _zscores(dense, keys)
-    lexical_side = {key: 0.3 * z_whole[key] + 0.2 * z_lse[key] for key in set(whole) | set(lse)}
-    shared = set(lexical_side) & set(dense)  # five documents: every one is in both top tens
-    agreement = min(1.0, len(shared) / 10 / 0.1)
+    z = [_zscores(leg, keys) for leg in (whole, lse, mean_cos, best_cos)]
     expected = {
-        key: 0.3 * z_whole[key] + 0.2 * z_lse[key] + 0.5 * agreement * z_dense[key] for key in keys
+        key: sum(w * leg[key] for w, leg in zip((0.2, 0.4, 0.2, 0.2), z, strict=True))
+        for key in keys
     }
     # Best first, ties (the three identical other documents) by doc_id.
     assert [h.doc_id for h in hits] == sorted(keys, key=lambda key: (-expected[key], key))
     for rank, hit in enumerate(hits, start=1):
         key = hit.doc_id
-        assert hit.score == pytest.approx(expected[key], rel=1e-6, abs=1e-9)
+        assert hit.score == pytest.approx(expected[key], rel=1e-5, abs=1e-6)
         assert hit.scores["fused"]["rank"] == rank
-        assert hit.scores["fused"]["agreement"] == pytest.approx(agreement)
-        assert hit.scores["doc_dense"]["score"] == pytest.approx(dense[key], abs=1e-5)
+        assert hit.scores["doc_dense"]["score"] == pytest.approx(mean_cos[key], abs=1e-5)
+        assert hit.scores["dense"]["score"] == pytest.approx(best_cos[key], abs=1e-5)
         if key in lse:
             assert hit.scores["lexical"]["score"] == pytest.approx(lse[key], rel=1e-6)
             assert hit.scores["doc_lexical"]["score"] == pytest.approx(whole[key], rel=1e-6)
+
+
+class CountingEncoder(HashingEncoder):
+    """The hashing encoder, counting the queries it encodes."""
+
+    calls = 0
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        CountingEncoder.calls += len(texts)
+        return super().encode_queries(texts)
+
+
+# A summary of spread.txt, as summary2meeting's queries summarise a meeting.
+SUMMARY = (
+    "the log records coolant pump vibration in shift after shift: in every shift of the week "
+    "the coolant pump showed vibration again and the crew wrote it down"
+)
+
+
+def test_a_long_hybrid_query_is_ranked_by_the_lexical_rule(corpus: tuple[str, Path]) -> None:
+    """From LONG_QUERY_WORDS words on, hybrid ranks as the lexical rule does (the document the
+    query summarises first), and the query is not encoded; one word fewer and the dense legs are back."""
+    db, _ = corpus
+    words = SUMMARY.split()[:LONG_QUERY_WORDS]
+    assert len(words) == LONG_QUERY_WORDS
+    long_query, short_query = " ".join(words), " ".join(words[:-1])
+    retriever = Retriever("hyb", db=db)
+    retriever._encoder = CountingEncoder(max_tokens=40)
+    CountingEncoder.calls = 0
+    hybrid = retriever.search(long_query, k=5)
+    lexical = retriever.search(long_query, k=5, mode="lexical")
+    assert CountingEncoder.calls == 0
+    assert [(h.doc_id, h.score) for h in hybrid] == [(h.doc_id, h.score) for h in lexical]
+    assert _names(hybrid)[0] == "spread.txt"
+    assert {"doc_lexical", "lexical", "fused"} == set(hybrid[0].scores)
+    short = retriever.search(short_query, k=5)
+    assert CountingEncoder.calls == 1
+    assert {"doc_lexical", "lexical", "doc_dense", "dense"} <= set(short[0].scores)
 
 
 def test_a_document_shows_its_best_passages(corpus: tuple[str, Path]) -> None:

@@ -8,7 +8,16 @@ import math
 import pytest
 
 from docsearch.config import Settings
-from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, Fusion, aggregate, blend, overlap_at_10
+from docsearch.fusion import (
+    CHUNK_FUSION,
+    DOCUMENT_RULES,
+    LONG_QUERY_WORDS,
+    Fusion,
+    aggregate,
+    blend,
+    document_rule,
+    overlap_at_10,
+)
 
 LEGS = {"dense": {"a": 0.8, "b": 0.4}, "lexical": {"b": 10.0, "c": 5.0}}
 
@@ -134,9 +143,10 @@ def test_default_rules_and_unknown_methods() -> None:
         "minmax", {"doc_lexical": 0.7, "lexical": 0.3}, aggregate={"lexical": "sum@5"}
     )
     hybrid = DOCUMENT_RULES["hybrid"]
-    assert (hybrid.method, hybrid.tau, hybrid.aggregate) == ("zscore", 0.1, {"lexical": "lse@0.1"})
-    assert hybrid.weights == {"doc_lexical": 0.3, "lexical": 0.2, "doc_dense": 0.5}
+    assert (hybrid.method, hybrid.tau, hybrid.aggregate) == ("zscore", None, {"lexical": "lse@0.1"})
+    assert hybrid.weights == {"doc_lexical": 0.2, "lexical": 0.4, "doc_dense": 0.2, "dense": 0.2}
     assert hybrid.uses_documents and not CHUNK_FUSION.uses_documents
+    assert hybrid.uses_dense and not DOCUMENT_RULES["lexical"].uses_dense
     with pytest.raises(ValueError, match="maxnorm, rrf, minmax, zscore"):
         Fusion("max")(LEGS)
 
@@ -148,3 +158,14 @@ def test_settings_choose_a_chunk_fusion_only_when_asked(monkeypatch: pytest.Monk
     monkeypatch.delenv("DOCSEARCH_FUSION_METHOD")
     monkeypatch.setenv("DOCSEARCH_DENSE_WEIGHT", "0.3")
     assert Settings().fusion() == Fusion("maxnorm", {"dense": 0.3, "lexical": 0.6}, 60)
+
+
+def test_a_long_hybrid_query_takes_the_lexical_rule() -> None:
+    """Word count by whitespace; the threshold itself is long; other modes never switch."""
+    short = " ".join(["clause"] * (LONG_QUERY_WORDS - 1))
+    long = short + " termination"
+    assert document_rule("hybrid", short) is DOCUMENT_RULES["hybrid"]
+    assert document_rule("hybrid", long) is DOCUMENT_RULES["lexical"]
+    assert document_rule("hybrid", "  ".join(long.split()) + "\n") is DOCUMENT_RULES["lexical"]
+    assert document_rule("vector", long) is DOCUMENT_RULES["vector"]
+    assert document_rule("lexical", short) is DOCUMENT_RULES["lexical"]
