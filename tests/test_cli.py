@@ -55,7 +55,10 @@ def test_index_then_search_prints_ranked_results(indexed: tuple[Path, str]) -> N
     # Each document is shown by its best passages, one line each: "p. 2: ... **E-MOT-21** ...".
     passage_lines = [line for line in result.stdout.splitlines() if line.startswith("   p. ")]
     assert passage_lines and "**E-MOT-21**" in passage_lines[0]
-    assert "; agreement 1.00)" in result.stdout  # the factor the hybrid rule gave dense
+    # A short hybrid query: every leg of the default rule, with its rank and raw score.
+    legs = result.stdout.splitlines()[1]
+    assert all(f"{leg} #" in legs for leg in ("doc_dense", "doc_lexical", "dense"))
+    assert "agreement" not in legs  # the default rule has no agreement guard
 
 
 def test_search_json_and_collection_name_from_folder(indexed: tuple[Path, str]) -> None:

@@ -73,9 +73,6 @@ def leg_scores(hit: Any) -> str:
 def _format_hit(rank: int, hit: Any) -> str:
     """The hit's title, where it is and why it ranked, then its best passages (or its snippet)."""
     legs = leg_scores(hit)
-    agreement = hit.scores.get("fused", {}).get("agreement")
-    if agreement is not None:
-        legs += f"; agreement {agreement:.2f}"
     lines = [
         f"{rank}. {hit.title or Path(hit.path).name}",
         f"   {short_path(hit.path)}  p. {hit.pages}{' (OCR)' * hit.ocr}  score {hit.score:.4f} ({legs})",
