@@ -39,11 +39,14 @@ def test_default_hybrid_ranks_documents_by_the_document_rule(samples_db: str) ->
     assert retriever.fusion is None  # no fusion configured: the default rules
     top = retriever.search("motor stall error code E-MOT-21", k=3)[0]
     assert top.path.endswith("x200-infusion-pump-service-manual.txt")
-    # Every leg that ran reports its rank and raw score; `fused` the guard's factor.
+    # Every leg that ran reports its rank and raw score; no agreement guard in the default rule.
     assert set(top.scores) == {"doc_lexical", "lexical", "doc_dense", "dense", "fused"}
     assert top.scores["doc_lexical"]["rank"] == 1
+    assert top.scores["fused"] == {"rank": 1, "score": top.score}
+    # A rule with the guard reports the factor it gave the dense legs.
+    guarded = Fusion("zscore", {"doc_lexical": 0.5, "doc_dense": 0.5}, tau=0.3)
+    top = Retriever("samples", db=samples_db, fusion=guarded).search("motor stall E-MOT-21")[0]
     assert 0.0 <= top.scores["fused"]["agreement"] <= 1.0
-    assert top.scores["fused"]["score"] == top.score
 
 
 @pytest.mark.parametrize(
