@@ -12,7 +12,8 @@ document table, a `where` on chunk columns) a document scores as its best chunk 
 (CHUNK_FUSION). A document hit carries its best passages (up to MAX_PASSAGES, ranked as passage
 search ranks them); `granularity="passage"` returns chunks instead (for RAG). Exact identifiers in
 the query ("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that
-contain them (passages; the document rules use plain BM25, as they were measured).
+contain them (passages; the document rules use plain BM25, as they were measured): all of a
+query's identifiers (at most `snippets.MAX_IDENTIFIERS`) go into one extra full-text search.
 Bad input of any kind (an unusable query, `k`, mode or filter) is a UsageError; `where` is checked
 as `docsearch.indexer.filters` describes, so it can narrow a search but never widen `path`.
 Each leg returns the store's candidates; fusion works on `{key: score}` maps; a `Hit`'s
@@ -471,11 +472,14 @@ class Retriever:
             return found
         by_id = {one.chunk_id: one for one in found}
         matched: Counter[str] = Counter()
-        for ident in idents:
-            for one in self.store.search_phrase(ident, limit, where):
-                if ident.lower() in one.text.lower():  # the index drops "a", "(", ...
-                    matched[one.chunk_id] += 1
-                    by_id.setdefault(one.chunk_id, one)
+        # One full-text query for all of them: a 200-word query held up to 9 identifiers, and
+        # a phrase search each cost the lexical leg up to 9 extra searches.
+        for one in self.store.search_phrases(idents, limit, where):
+            text = one.text.lower()
+            held = sum(ident.lower() in text for ident in idents)  # the index drops "a", "(", ...
+            if held:
+                matched[one.chunk_id] += held
+                by_id.setdefault(one.chunk_id, one)
         lift = max((one.score for one in by_id.values()), default=0.0) + 1.0
         lifted = [replace(c, score=c.score + lift * matched[c.chunk_id]) for c in by_id.values()]
         return sorted(lifted, key=lambda one: -one.score)[:limit]

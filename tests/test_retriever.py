@@ -68,6 +68,30 @@ def test_lexical_finds_exact_identifiers(
         assert hits[0].pages == page
 
 
+def test_many_identifiers_cost_one_extra_full_text_search(
+    samples_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long query's identifiers share one phrase search (they each ran their own), and the
+    chunk holding the most of them still comes first."""
+    from docsearch.indexer.store import Store
+
+    searches: list[object] = []
+    real = Store._search_fts
+
+    def counted(self: Store, query: object, k: int, where: ChunkFilter | None) -> list:  # type: ignore[type-arg]
+        searches.append(query)
+        return real(self, query, k, where)
+
+    monkeypatch.setattr(Store, "_search_fts", counted)
+    absent = ["QX-4411", "88.7(q)", "ZZ-0001", "4417:1999", "KB-77"]
+    idents = ["7.2(a)", *absent, "E-MOT-21", "PPR-9087"]  # the last two share one chunk
+    query = "what to do about " + " and ".join(idents)
+    retriever = Retriever("samples", db=samples_db)
+    top = retriever.search(query, k=3, mode="lexical", granularity="passage")[0]
+    assert len(searches) == 2  # the BM25 leg and one search for all eight phrases
+    assert "PPR-9087" in top.text and "E-MOT-21" in top.text
+
+
 def test_lexical_stems_terms(samples_db: str) -> None:
     hits = Retriever("samples", db=samples_db).search("terminating agreements", mode="lexical")
     assert any("**" in str(h.snippet) and "erminat" in str(h.snippet) for h in hits)
