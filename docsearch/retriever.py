@@ -31,6 +31,7 @@ import operator
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,8 @@ MAX_K = 10_000  # far beyond any results page or evaluation depth (100); bounds 
 CHUNK_POOL = 500
 DOC_POOL = 500
 MAX_PASSAGES = 3  # passages shown per document
+# Hybrid search encodes the query on a thread of its own while the lexical legs run.
+OVERLAP_ENCODING = True
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,7 @@ class Retriever:
         self.db = db or self.settings.db
         self.store = Store.open(self.db, resolve_collection(self.db, collection))
         self._encoder = encoder
+        self._query_thread: ThreadPoolExecutor | None = None  # encodes queries (see search)
         # The hybrid rule. None: the default rules (fusion.DOCUMENT_RULES for documents,
         # CHUNK_FUSION for passages); one over the chunk legs alone ranks documents by their best
         # chunk in each leg and passages as well, one with document legs ranks documents only.
@@ -269,25 +273,34 @@ class Retriever:
         mode = self._usable_mode(mode or self.default_mode())
         documents = granularity == "document"
         pool = max(CHUNK_POOL, 5 * k) if documents else max(20, 2 * k)
-        vector = None if mode == "lexical" else self.encoder().encode_queries([query])[0]
-        found: dict[str, list[Candidate]] = {}
+        rule = self._document_rule(mode, flt) if documents else None
+        # The query is encoded beside the lexical work (torch and Lance both release the GIL):
+        # for a long query the encoder's forward is the slowest single step.
+        encoding = self._encode_beside(query, mode != "vector") if mode != "lexical" else None
         bm25: list[Candidate] = []
+        lexical: dict[str, list[DocCandidate]] = {}
+        if mode != "vector":
+            bm25 = self.store.search_text(query, pool, flt)
+            lifted = self._lift(query, bm25, pool, flt)
+            if rule is not None and rule.weights.get("doc_lexical"):
+                depth = max(DOC_POOL, k)
+                lexical["doc_lexical"] = self.store.search_documents_text(query, depth, flt)
+        vector = encoding.result() if encoding is not None else None
+        found: dict[str, list[Candidate]] = {}
         if vector is not None:
             found["dense"] = self.store.search_vector(vector, pool, flt)
         if mode != "vector":
-            bm25 = self.store.search_text(query, pool, flt)
-            found["lexical"] = self._lift(query, bm25, pool, flt)
+            found["lexical"] = lifted
         chunks = _Ranking(
             {leg: {c.chunk_id: c.score for c in cands} for leg, cands in found.items()},
             self.fusion if self.fusion and not self.fusion.uses_documents else CHUNK_FUSION,
             {leg: {c.chunk_id: c.raw_score for c in cands} for leg, cands in found.items()},
         )
         by_id = {c.chunk_id: c for cands in found.values() for c in cands}
-        if documents:
-            rule = self._document_rule(mode, flt)
+        if rule is not None:
             if rule.uses_documents and "lexical" in found:  # measured on plain BM25 (no lift)
                 found = {**found, "lexical": bm25}
-            return self._documents(query, vector, rule, found, chunks, by_id, k, flt)
+            return self._documents(query, vector, rule, found, chunks, by_id, k, flt, lexical)
         return [
             Hit(**_view(by_id[key], query), score=chunks.fused[key], scores=chunks.scores(key, i))
             for i, key in enumerate(chunks.order[:k], start=1)
@@ -381,15 +394,18 @@ class Retriever:
         by_id: dict[str, Candidate],
         k: int,
         flt: ChunkFilter,
+        ready: dict[str, list[DocCandidate]],
     ) -> list[Hit]:
-        """The top `k` documents by `rule`, each with its best passages (`chunks`' order)."""
+        """The top `k` documents by `rule`, each with its best passages (`chunks`' order);
+        `ready` holds the document legs already searched."""
         legs, shown = {}, {}
         for leg, cands in found.items():
             how = rule.aggregate.get(leg, "max")
             legs[leg] = aggregate(_per_doc(cands, raw=False), how)
             shown[leg] = aggregate(_per_doc(cands, raw=True), how)
         doc_paths = {c.doc_id: c.path for c in by_id.values()}
-        for leg, docs in self._document_legs(query, vector, rule, max(DOC_POOL, k), flt).items():
+        depth = max(DOC_POOL, k)
+        for leg, docs in self._document_legs(query, vector, rule, depth, flt, ready).items():
             legs[leg] = {d.doc_id: d.score for d in docs}
             shown[leg] = {d.doc_id: d.raw_score for d in docs}
             doc_paths.update((d.doc_id, d.path) for d in docs)
@@ -419,12 +435,22 @@ class Retriever:
         return rule
 
     def _document_legs(
-        self, query: str, vector: Any, rule: Fusion, depth: int, flt: ChunkFilter
+        self,
+        query: str,
+        vector: Any,
+        rule: Fusion,
+        depth: int,
+        flt: ChunkFilter,
+        ready: dict[str, list[DocCandidate]],
     ) -> dict[str, list[DocCandidate]]:
-        """The document legs `rule` weighs: whole-document BM25, the doc-mean vector."""
+        """The document legs `rule` weighs: whole-document BM25, the doc-mean vector (those in
+        `ready` were searched already)."""
         legs = {}
         if rule.weights.get("doc_lexical"):
-            legs["doc_lexical"] = self.store.search_documents_text(query, depth, flt)
+            found = ready.get("doc_lexical")
+            if found is None:
+                found = self.store.search_documents_text(query, depth, flt)
+            legs["doc_lexical"] = found
         if rule.weights.get("doc_dense") and vector is not None:
             legs["doc_dense"] = self.store.search_documents_vector(vector, depth, flt)
         return legs
@@ -441,6 +467,18 @@ class Retriever:
             rows = self.store.rows(ChunkFilter(paths=[path], where="ordinal = 0"), RESULT_COLUMNS)
             found = [candidate(row, 0.0) for row in rows]
         return [Passage(**_view(one, query), score=one.score) for one in found]
+
+    def _encode_beside(self, query: str, overlap: bool) -> Future[Any]:
+        """The query's vector, encoded on the Retriever's query thread while the caller goes on
+        (`overlap`; else here and now, as a finished future)."""
+        encoder = self.encoder()
+        if not (overlap and OVERLAP_ENCODING):
+            done: Future[Any] = Future()
+            done.set_result(encoder.encode_queries([query])[0])
+            return done
+        if self._query_thread is None:
+            self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="docsearch-query")
+        return self._query_thread.submit(lambda: encoder.encode_queries([query])[0])
 
     def _usable_mode(self, mode: str) -> str:
         if not isinstance(mode, str) or mode not in MODES:

@@ -188,3 +188,32 @@ def test_a_hit_carries_its_snippet_with_offsets_and_the_old_json(samples_db: str
     assert shown["snippet_marks"] == snippet.marks and shown["pages"] == hit.pages
     assert shown["snippet_span"] == (snippet.char_start, snippet.char_end)
     assert {"text", "path", "chunk_id", "doc_id", "score", "scores"} <= shown.keys()
+
+
+def test_hybrid_encodes_the_query_beside_the_lexical_legs(
+    samples_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query vector comes from the Retriever's query thread; the ranking is the one the
+    same search gives with the encoding done first."""
+    import threading
+
+    from docsearch import retriever as module
+
+    retriever = Retriever("samples", db=samples_db)
+    encoder = retriever.encoder()
+    threads: list[str] = []
+    real = encoder.encode_queries
+
+    def recorded(texts):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return real(texts)
+
+    monkeypatch.setattr(encoder, "encode_queries", recorded)
+    query = "motor stall error code E-MOT-21"
+    beside = retriever.search(query, k=5)
+    monkeypatch.setattr(module, "OVERLAP_ENCODING", False)
+    first = retriever.search(query, k=5)
+    assert threads[0].startswith("docsearch-query") and threads[1] == "MainThread"
+    assert [(h.doc_id, h.score, h.scores) for h in beside] == [
+        (h.doc_id, h.score, h.scores) for h in first
+    ]
