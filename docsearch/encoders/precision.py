@@ -25,7 +25,7 @@ import logging
 import platform
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "qint8": "int8"}
 MIN_SPEEDUP = 1.15
 # The gate every automatic choice keeps (the issue's: mean cosine to fp32 vectors).
 MIN_COSINE = 0.999
-ROUNDS = 3  # interleaved fp32/bf16 rounds; each precision is scored by its fastest round
+ROUNDS = 2  # interleaved fp32/bf16 rounds; each precision is scored by its fastest round
 
 # `choose_precision` answers once per process and key (tests and the UI build many encoders).
 _CHOSEN: dict[str, str] = {}
@@ -80,11 +80,13 @@ def convert(module: Any, precision: str, *, in_place: bool = False) -> Any:
     raise UsageError(f"no conversion to precision {precision!r}")
 
 
-def calibration_key(model_name: str, threads: int) -> dict[str, Any]:
-    """What the automatic choice depends on: the CPU, torch, the threads and the model."""
+def calibration_key(model_name: str, threads: int, sample: Sequence[str]) -> dict[str, Any]:
+    """What the automatic choice depends on: the CPU, torch, the threads, the model and the
+    batch it is timed on."""
     import torch
 
     return {
+        "sample": hashlib.sha256("\x1e".join(sample).encode()).hexdigest()[:12],
         "cpu": _cpu_model(),
         "flags": _cpu_flags_digest(),
         "machine": platform.machine(),
