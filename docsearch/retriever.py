@@ -13,7 +13,8 @@ document table, a `where` on chunk columns) a document scores as its best chunk 
 (CHUNK_FUSION). A document hit carries its best passages (up to MAX_PASSAGES, ranked as passage
 search ranks them); `granularity="passage"` returns chunks instead (for RAG). Exact identifiers in
 the query ("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that
-contain them (passages; the document rules use plain BM25, as they were measured).
+contain them (passages; the document rules use plain BM25, as they were measured): all of a
+query's identifiers (at most `snippets.MAX_IDENTIFIERS`) go into one extra full-text search.
 Bad input of any kind (an unusable query, `k`, mode or filter) is a UsageError; `where` is checked
 as `docsearch.indexer.filters` describes, so it can narrow a search but never widen `path`.
 Each leg returns the store's candidates; fusion works on `{key: score}` maps; a `Hit`'s
@@ -31,6 +32,7 @@ import operator
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,6 +89,8 @@ MAX_K = 10_000  # far beyond any results page or evaluation depth (100); bounds 
 CHUNK_POOL = 500
 DOC_POOL = 500
 MAX_PASSAGES = 3  # passages shown per document
+# Hybrid search encodes the query on a thread of its own while the lexical legs run.
+OVERLAP_ENCODING = True
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,7 @@ class Retriever:
         self.db = db or self.settings.db
         self.store = Store.open(self.db, resolve_collection(self.db, collection))
         self._encoder = encoder
+        self._query_thread: ThreadPoolExecutor | None = None  # encodes queries (see search)
         # The hybrid rule. None: the default rules (fusion.DOCUMENT_RULES for documents,
         # CHUNK_FUSION for passages); one over the chunk legs alone ranks documents by their best
         # chunk in each leg and passages as well, one with document legs ranks documents only.
@@ -277,15 +282,25 @@ class Retriever:
         documents = granularity == "document"
         rule = self._document_rule(mode, flt, query) if documents else None
         pool = max(CHUNK_POOL, 5 * k) if documents else max(20, 2 * k)
+        # The query is encoded beside the lexical work (torch and Lance both release the GIL):
+        # for a long query the encoder's forward is the slowest single step. A rule with no
+        # dense leg (hybrid on a long query) needs no vector.
         encode = mode != "lexical" and (rule is None or rule.uses_dense)
-        vector = self.encoder().encode_queries([query])[0] if encode else None
-        found: dict[str, list[Candidate]] = {}
+        encoding = self._encode_beside(query, mode != "vector") if encode else None
         bm25: list[Candidate] = []
+        lexical: dict[str, list[DocCandidate]] = {}
+        if mode != "vector":
+            bm25 = self.store.search_text(query, pool, flt)
+            lifted = self._lift(query, bm25, pool, flt)
+            if rule is not None and rule.weights.get("doc_lexical"):
+                depth = max(DOC_POOL, k)
+                lexical["doc_lexical"] = self.store.search_documents_text(query, depth, flt)
+        vector = encoding.result() if encoding is not None else None
+        found: dict[str, list[Candidate]] = {}
         if vector is not None:
             found["dense"] = self.store.search_vector(vector, pool, flt)
         if mode != "vector":
-            bm25 = self.store.search_text(query, pool, flt)
-            found["lexical"] = self._lift(query, bm25, pool, flt)
+            found["lexical"] = lifted
         chunks = _Ranking(
             {leg: {c.chunk_id: c.score for c in cands} for leg, cands in found.items()},
             self.fusion if self.fusion and not self.fusion.uses_documents else CHUNK_FUSION,
@@ -295,7 +310,7 @@ class Retriever:
         if rule is not None:
             if rule.uses_documents and "lexical" in found:  # measured on plain BM25 (no lift)
                 found = {**found, "lexical": bm25}
-            return self._documents(query, vector, rule, found, chunks, by_id, k, flt)
+            return self._documents(query, vector, rule, found, chunks, by_id, k, flt, lexical)
         return [
             Hit(**_view(by_id[key], query), score=chunks.fused[key], scores=chunks.scores(key, i))
             for i, key in enumerate(chunks.order[:k], start=1)
@@ -389,15 +404,18 @@ class Retriever:
         by_id: dict[str, Candidate],
         k: int,
         flt: ChunkFilter,
+        ready: dict[str, list[DocCandidate]],
     ) -> list[Hit]:
-        """The top `k` documents by `rule`, each with its best passages (`chunks`' order)."""
+        """The top `k` documents by `rule`, each with its best passages (`chunks`' order);
+        `ready` holds the document legs already searched."""
         legs, shown = {}, {}
         for leg, cands in found.items():
             how = rule.aggregate.get(leg, "max")
             legs[leg] = aggregate(_per_doc(cands, raw=False), how)
             shown[leg] = aggregate(_per_doc(cands, raw=True), how)
         doc_paths = {c.doc_id: c.path for c in by_id.values()}
-        for leg, docs in self._document_legs(query, vector, rule, max(DOC_POOL, k), flt).items():
+        depth = max(DOC_POOL, k)
+        for leg, docs in self._document_legs(query, vector, rule, depth, flt, ready).items():
             legs[leg] = {d.doc_id: d.score for d in docs}
             shown[leg] = {d.doc_id: d.raw_score for d in docs}
             doc_paths.update((d.doc_id, d.path) for d in docs)
@@ -427,12 +445,22 @@ class Retriever:
         return rule
 
     def _document_legs(
-        self, query: str, vector: Any, rule: Fusion, depth: int, flt: ChunkFilter
+        self,
+        query: str,
+        vector: Any,
+        rule: Fusion,
+        depth: int,
+        flt: ChunkFilter,
+        ready: dict[str, list[DocCandidate]],
     ) -> dict[str, list[DocCandidate]]:
-        """The document legs `rule` weighs: whole-document BM25, the doc-mean vector."""
+        """The document legs `rule` weighs: whole-document BM25, the doc-mean vector (those in
+        `ready` were searched already)."""
         legs = {}
         if rule.weights.get("doc_lexical"):
-            legs["doc_lexical"] = self.store.search_documents_text(query, depth, flt)
+            found = ready.get("doc_lexical")
+            if found is None:
+                found = self.store.search_documents_text(query, depth, flt)
+            legs["doc_lexical"] = found
         if rule.weights.get("doc_dense") and vector is not None:
             legs["doc_dense"] = self.store.search_documents_vector(vector, depth, flt)
         return legs
@@ -449,6 +477,18 @@ class Retriever:
             rows = self.store.rows(ChunkFilter(paths=[path], where="ordinal = 0"), RESULT_COLUMNS)
             found = [candidate(row, 0.0) for row in rows]
         return [Passage(**_view(one, query), score=one.score) for one in found]
+
+    def _encode_beside(self, query: str, overlap: bool) -> Future[Any]:
+        """The query's vector, encoded on the Retriever's query thread while the caller goes on
+        (`overlap`; else here and now, as a finished future)."""
+        encoder = self.encoder()
+        if not (overlap and OVERLAP_ENCODING):
+            done: Future[Any] = Future()
+            done.set_result(encoder.encode_queries([query])[0])
+            return done
+        if self._query_thread is None:
+            self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="docsearch-query")
+        return self._query_thread.submit(lambda: encoder.encode_queries([query])[0])
 
     def _usable_mode(self, mode: str) -> str:
         if not isinstance(mode, str) or mode not in MODES:
@@ -480,11 +520,14 @@ class Retriever:
             return found
         by_id = {one.chunk_id: one for one in found}
         matched: Counter[str] = Counter()
-        for ident in idents:
-            for one in self.store.search_phrase(ident, limit, where):
-                if ident.lower() in one.text.lower():  # the index drops "a", "(", ...
-                    matched[one.chunk_id] += 1
-                    by_id.setdefault(one.chunk_id, one)
+        # One full-text query for all of them: a 200-word query held up to 9 identifiers, and
+        # a phrase search each cost the lexical leg up to 9 extra searches.
+        for one in self.store.search_phrases(idents, limit, where):
+            text = one.text.lower()
+            held = sum(ident.lower() in text for ident in idents)  # the index drops "a", "(", ...
+            if held:
+                matched[one.chunk_id] += held
+                by_id.setdefault(one.chunk_id, one)
         lift = max((one.score for one in by_id.values()), default=0.0) + 1.0
         lifted = [replace(c, score=c.score + lift * matched[c.chunk_id]) for c in by_id.values()]
         return sorted(lifted, key=lambda one: -one.score)[:limit]

@@ -71,6 +71,30 @@ def test_lexical_finds_exact_identifiers(
         assert hits[0].pages == page
 
 
+def test_many_identifiers_cost_one_extra_full_text_search(
+    samples_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long query's identifiers share one phrase search (they each ran their own), and the
+    chunk holding the most of them still comes first."""
+    from docsearch.indexer.store import Store
+
+    searches: list[object] = []
+    real = Store._search_fts
+
+    def counted(self: Store, query: object, k: int, where: ChunkFilter | None) -> list:  # type: ignore[type-arg]
+        searches.append(query)
+        return real(self, query, k, where)
+
+    monkeypatch.setattr(Store, "_search_fts", counted)
+    absent = ["QX-4411", "88.7(q)", "ZZ-0001", "4417:1999", "KB-77"]
+    idents = ["7.2(a)", *absent, "E-MOT-21", "PPR-9087"]  # the last two share one chunk
+    query = "what to do about " + " and ".join(idents)
+    retriever = Retriever("samples", db=samples_db)
+    top = retriever.search(query, k=3, mode="lexical", granularity="passage")[0]
+    assert len(searches) == 2  # the BM25 leg and one search for all eight phrases
+    assert "PPR-9087" in top.text and "E-MOT-21" in top.text
+
+
 def test_lexical_stems_terms(samples_db: str) -> None:
     hits = Retriever("samples", db=samples_db).search("terminating agreements", mode="lexical")
     assert any("**" in str(h.snippet) and "erminat" in str(h.snippet) for h in hits)
@@ -167,3 +191,32 @@ def test_a_hit_carries_its_snippet_with_offsets_and_the_old_json(samples_db: str
     assert shown["snippet_marks"] == snippet.marks and shown["pages"] == hit.pages
     assert shown["snippet_span"] == (snippet.char_start, snippet.char_end)
     assert {"text", "path", "chunk_id", "doc_id", "score", "scores"} <= shown.keys()
+
+
+def test_hybrid_encodes_the_query_beside_the_lexical_legs(
+    samples_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query vector comes from the Retriever's query thread; the ranking is the one the
+    same search gives with the encoding done first."""
+    import threading
+
+    from docsearch import retriever as module
+
+    retriever = Retriever("samples", db=samples_db)
+    encoder = retriever.encoder()
+    threads: list[str] = []
+    real = encoder.encode_queries
+
+    def recorded(texts):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return real(texts)
+
+    monkeypatch.setattr(encoder, "encode_queries", recorded)
+    query = "motor stall error code E-MOT-21"
+    beside = retriever.search(query, k=5)
+    monkeypatch.setattr(module, "OVERLAP_ENCODING", False)
+    first = retriever.search(query, k=5)
+    assert threads[0].startswith("docsearch-query") and threads[1] == "MainThread"
+    assert [(h.doc_id, h.score, h.scores) for h in beside] == [
+        (h.doc_id, h.score, h.scores) for h in first
+    ]

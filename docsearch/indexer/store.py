@@ -1025,6 +1025,19 @@ class Store:
 
         return self._search_fts(PhraseQuery(phrase, "text"), k, where)
 
+    def search_phrases(
+        self, phrases: Sequence[str], k: int, where: ChunkFilter | None
+    ) -> list[Candidate]:
+        """One search for the chunks holding any of `phrases` (as `search_phrase` matches one),
+        best first by the summed BM25 of the phrases they hold: however many phrases, one
+        full-text query."""
+        from lance.query import BooleanQuery, Occur, PhraseQuery
+
+        if len(phrases) == 1:
+            return self.search_phrase(phrases[0], k, where)
+        anyone = BooleanQuery([(Occur.SHOULD, PhraseQuery(p, "text")) for p in phrases])
+        return self._search_fts(anyone, k, where) if phrases else []
+
     def _search_fts(self, query: Any, k: int, where: ChunkFilter | None) -> list[Candidate]:
         columns = [*RESULT_COLUMNS, "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
