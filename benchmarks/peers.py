@@ -22,7 +22,8 @@ tokens/s (the folder's MiniLM token count, counted once, over wall time), chunks
 PSS of the whole process tree (sampled), CPU seconds, 1-minute load average before and after.
 Search: after the rounds, each tool's last index is opened in a fresh process and asked short
 (2-5 word) and long (~200 word) queries; p50/p95 per query, model load excluded.
-Notes written under the NOTES marker in peers.md survive a re-run.
+Notes written under the NOTES marker in peers.md survive a re-run; `peers.py render` rewrites
+peers.md from peers.json without running anything.
 Not here: retrieval quality (benchmarks/quality.py), docsearch's own speed targets (speed.py).
 """
 
@@ -637,6 +638,9 @@ def summarise(runs: dict[str, list[dict[str, Any]]], tokens: int) -> dict[str, d
             "peak_pss_mb": round(statistics.median(r["peak_pss_mb"] for r in rows)),
             "processes": max(r["processes"] for r in rows),
             "cpu_s": round(statistics.median(r["cpu_s"] for r in rows), 1),
+            # Less sensitive to other jobs on a shared machine than wall time (but blind to idle
+            # waits and to how well a tool keeps both cores busy).
+            "tokens_per_cpu_s": round(tokens / statistics.median(r["cpu_s"] for r in rows)),
         }
     return out
 
@@ -660,8 +664,15 @@ def ratios(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["rss_vs_lowest_peer"] = round(
             summary["docsearch"]["peak_rss_mb"] / summary[lowest]["peak_rss_mb"], 2
         )
+        thrifty = max(peers, key=lambda t: summary[t]["tokens_per_cpu_s"])
+        out["cpu_vs_best_peer"] = round(
+            summary["docsearch"]["tokens_per_cpu_s"] / summary[thrifty]["tokens_per_cpu_s"], 2
+        )
     if "hand" in summary:
         out["vs_hand"] = round(mine / summary["hand"]["tokens_per_s"], 2)
+        out["cpu_vs_hand"] = round(
+            summary["docsearch"]["tokens_per_cpu_s"] / summary["hand"]["tokens_per_cpu_s"], 2
+        )
     return out
 
 
@@ -702,8 +713,8 @@ def markdown(report: dict[str, Any], notes: str) -> str:
         f"{report['rounds']} interleaved rounds, fresh database each run.",
         "",
         "| tool | wall s, median (min-max) | tokens/s | throughput vs docsearch | chunks "
-        "| peak RSS MB, tree (max) | peak PSS MB | processes | CPU s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| peak RSS MB, tree (max) | peak PSS MB | processes | CPU s | tokens per CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     mine = summary.get("docsearch", {}).get("tokens_per_s")
     for tool, row in summary.items():
@@ -711,7 +722,7 @@ def markdown(report: dict[str, Any], notes: str) -> str:
         lines.append(
             f"| {tool} | {row['wall_median_s']:.1f} ({row['wall_min_s']:.1f}-{row['wall_max_s']:.1f})"
             f" | {row['tokens_per_s']:,} | {relative} | {row['chunks']} | {row['peak_rss_mb']}"
-            f" ({row['peak_rss_max_mb']}) | {row['peak_pss_mb']} | {row['processes']} | {row['cpu_s']} |"
+            f" ({row['peak_rss_max_mb']}) | {row['peak_pss_mb']} | {row['processes']} | {row['cpu_s']} | {row.get('tokens_per_cpu_s', '-')} |"
         )
     if rat:
         lines += ["", "Ratios (docsearch tokens/s over the other's; acceptance: >= 1.5):", ""]
@@ -721,6 +732,16 @@ def markdown(report: dict[str, Any], notes: str) -> str:
             )
         if "vs_hand" in rat:
             lines.append(f"- vs the hand-written fp32 pipeline: **{rat['vs_hand']}x**")
+        per_cpu = [
+            f"{rat[key]}x {what}"
+            for key, what in (
+                ("cpu_vs_best_peer", "the best peer library"),
+                ("cpu_vs_hand", "hand"),
+            )
+            if key in rat
+        ]
+        if per_cpu:
+            lines.append(f"- by tokens per CPU second: {', '.join(per_cpu)}")
         if "rss_vs_lowest_peer" in rat:
             lines.append(
                 f"- peak RSS vs the lowest of the others ({rat['lowest_rss_peer']}): "
@@ -767,6 +788,25 @@ def kept_notes(path: Path) -> str:
     return text.split(NOTES, 1)[1].lstrip("\n") if NOTES in text else ""
 
 
+def write_report(report: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "peers.json").write_text(json.dumps(report, indent=1) + "\n")
+    md = out / "peers.md"
+    md.write_text(markdown(report, kept_notes(md)))
+    print(markdown(report, ""))
+
+
+def render(out: Path) -> None:
+    """Rewrite peers.md (and the summary in peers.json) from the runs peers.json holds."""
+    report = json.loads((out / "peers.json").read_text())
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for row in report["order"]:
+        runs.setdefault(row["tool"], []).append(row)
+    report["summary"] = summarise(runs, report["tokens"])
+    report["ratios"] = ratios(report["summary"])
+    write_report(report, out)
+
+
 def orchestrate(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="peers-"))
     try:
@@ -809,12 +849,7 @@ def orchestrate(args: argparse.Namespace) -> None:
             "order": order,
             "search": search,
         }
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "peers.json").write_text(json.dumps(report, indent=1) + "\n")
-        md = out / "peers.md"
-        md.write_text(markdown(report, kept_notes(md)))
-        print(markdown(report, ""))
+        write_report(report, Path(args.out))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -827,7 +862,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "job", nargs="?", default="bench", choices=("bench", "_index", "_search", "_count")
+        "job",
+        nargs="?",
+        default="bench",
+        choices=("bench", "render", "_index", "_search", "_count"),
     )
     parser.add_argument(
         "--tools", default=",".join(DEFAULT_TOOLS), help=f"any of {', '.join(TOOLS)}"
@@ -856,6 +894,8 @@ def main() -> None:
     args = parse(sys.argv[1:])
     if args.job == "bench":
         orchestrate(args)
+    elif args.job == "render":
+        render(Path(args.out))
     else:
         worker(args)
 

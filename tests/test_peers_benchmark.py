@@ -78,6 +78,30 @@ def test_ratios_use_the_fastest_peer_library_and_the_lowest_memory(peers: Module
     assert ratios["vs_hand"] == pytest.approx(2.0, abs=0.01)
     assert ratios["lowest_rss_peer"] == "hand"
     assert ratios["rss_vs_lowest_peer"] == pytest.approx(920 / 850, abs=0.01)
+    # Every run took 1 CPU second here: per CPU second the tools tie.
+    assert ratios["cpu_vs_best_peer"] == ratios["cpu_vs_hand"] == 1.0
+
+
+def test_render_rebuilds_the_tables_from_the_recorded_runs(
+    peers: ModuleType, tmp_path: Path
+) -> None:
+    run = {"peak_rss_mb": 900, "peak_pss_mb": 800, "processes": 2, "cpu_s": 5.0}
+    run |= {"load_before": 1.0, "load_after": 2.0, "chunks": 7}
+    order = [{"round": 1, "tool": "docsearch", "wall_s": 10.0, **run}]
+    order += [{"round": 1, "tool": "hand", "wall_s": 20.0, **run, "cpu_s": 10.0}]
+    mach = {"cpu": "x", "cores": 2, "flags": [], "python": "3.11"}
+    report = {"date": "d", "command": "c", "machine": mach, "threads": 2, "contracts": 1}
+    report |= {"files": 2, "tokens": 1000, "model": "m", "rounds": 1, "queries": 0}
+    report |= {"order": order, "search": {}}
+    (tmp_path / "peers.json").write_text(json.dumps(report))
+    (tmp_path / "peers.md").write_text(f"stale\n{peers.NOTES}\nkept note\n")
+    peers.render(tmp_path)
+    md = (tmp_path / "peers.md").read_text()
+    assert (
+        "| docsearch | 10.0 (10.0-10.0) | 100 | 1.00 | 7 | 900 (900) | 800 | 2 | 5.0 | 200 |" in md
+    )
+    assert "hand-written fp32 pipeline: **2.0x**" in md
+    assert md.endswith("kept note\n") and "stale" not in md
 
 
 def test_percentiles_of_twenty_samples(peers: ModuleType) -> None:
