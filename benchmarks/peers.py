@@ -2,7 +2,7 @@
 
     python benchmarks/peers.py [--tools docsearch,llamaindex,txtai,hand] [--rounds 3]
         [--contracts 40] [--docsearch-python PATH] [--docsearch-path DIR] [--venv DIR]
-        [--threads 2] [--queries 30] [--no-search] [--out benchmarks/results]
+        [--threads 2] [--queries 30] [--no-search] [--out benchmarks/results] [--name peers]
 
 Writes benchmarks/results/peers.{json,md}. The same folder (the first `--contracts` CUAD
 contracts of ../shared/data/cuad as .txt, plus docsearch's bundled samples: PDF, DOCX, HTML, MD,
@@ -788,23 +788,23 @@ def kept_notes(path: Path) -> str:
     return text.split(NOTES, 1)[1].lstrip("\n") if NOTES in text else ""
 
 
-def write_report(report: dict[str, Any], out: Path) -> None:
+def write_report(report: dict[str, Any], out: Path, name: str = "peers") -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "peers.json").write_text(json.dumps(report, indent=1) + "\n")
-    md = out / "peers.md"
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    md = out / f"{name}.md"
     md.write_text(markdown(report, kept_notes(md)))
     print(markdown(report, ""))
 
 
-def render(out: Path) -> None:
+def render(out: Path, name: str = "peers") -> None:
     """Rewrite peers.md (and the summary in peers.json) from the runs peers.json holds."""
-    report = json.loads((out / "peers.json").read_text())
+    report = json.loads((out / f"{name}.json").read_text())
     runs: dict[str, list[dict[str, Any]]] = {}
     for row in report["order"]:
         runs.setdefault(row["tool"], []).append(row)
     report["summary"] = summarise(runs, report["tokens"])
     report["ratios"] = ratios(report["summary"])
-    write_report(report, out)
+    write_report(report, out, name)
 
 
 def orchestrate(args: argparse.Namespace) -> None:
@@ -849,7 +849,7 @@ def orchestrate(args: argparse.Namespace) -> None:
             "order": order,
             "search": search,
         }
-        write_report(report, Path(args.out))
+        write_report(report, Path(args.out), args.name)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -880,6 +880,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--venv", default=str(DEFAULT_VENV))
     parser.add_argument("--model", default="", help="model folder (default: docsearch's MiniLM)")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--name", default="peers", help="results file names: NAME.json, NAME.md")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, indexes)")
     # the worker side
     parser.add_argument("--tool", default="")
@@ -895,7 +896,7 @@ def main() -> None:
     if args.job == "bench":
         orchestrate(args)
     elif args.job == "render":
-        render(Path(args.out))
+        render(Path(args.out), args.name)
     else:
         worker(args)
 
