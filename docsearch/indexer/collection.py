@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 from docsearch.encoders.base import Encoder, encoder_from_spec, get_encoder, same_identity
 from docsearch.errors import EncoderUnavailableError, UsageError
 from docsearch.indexer.chunk import Chunker, ChunkerSettings
-from docsearch.indexer.store import CollectionMeta, Store, read_versions, survey
+from docsearch.indexer.store import (
+    CollectionMeta,
+    Store,
+    drop_unused_versions,
+    read_versions,
+    survey,
+)
 
 if TYPE_CHECKING:
     from docsearch.config import Settings
@@ -109,6 +115,7 @@ def prepare(
             Store.open_or_create(db, name, meta), encoder, make_chunker(encoder, chunking)
         )
     store = Store.open(db, name)
+    drop_unused_versions(db, name)  # what a kill during the last swap's drop left
     pending = _pending(db, name)
     if switch:
         encoder = (

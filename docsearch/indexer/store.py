@@ -735,7 +735,7 @@ class Store:
             )
         number = max({versions.active, *_stored_versions(db_uri, name)}) + 1
         _write_versions(db, db_uri, name, Versions(versions.active, number))
-        cls.drop_unused_versions(db, db_uri, name)
+        drop_unused_versions(db_uri, name, db)
         return cls._open_or_create_version(db, db_uri, name, number, meta)
 
     @classmethod
@@ -762,7 +762,7 @@ class Store:
         if versions.building != self.version:
             raise UsageError(f"version {self.version} of {self.name!r} is not being built")
         _write_versions(self.db, self.uri, self.name, Versions(self.version, None))
-        self.drop_unused_versions(self.db, self.uri, self.name)
+        drop_unused_versions(self.uri, self.name, self.db)
         return versions.active
 
     @classmethod
@@ -773,16 +773,7 @@ class Store:
             return
         db = connect(db_uri)
         _write_versions(db, db_uri, name, Versions(versions.active, None))
-        cls.drop_unused_versions(db, db_uri, name)
-
-    @staticmethod
-    def drop_unused_versions(db: Any, db_uri: str, name: str) -> None:
-        """Drop the tables of every version that neither serves nor is being built: the one a
-        swap retired, or what a kill during that drop or a superseded build left."""
-        versions = read_versions(db_uri, name)
-        for version in _stored_versions(db_uri, name) - {versions.active, versions.building}:
-            log.info("collection %r: dropping the tables of its retired version %d", name, version)
-            _drop_tables(db, db_uri, table_prefix(name, version), [*ALL_TABLES])
+        drop_unused_versions(db_uri, name, db)
 
     def identity_matches(self, meta: CollectionMeta) -> bool:
         """Whether `meta` asks for this version's encoder and chunker."""
@@ -1298,6 +1289,17 @@ def writer_lock(db_uri: str, name: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def drop_unused_versions(db_uri: str, name: str, db: Any = None) -> None:
+    """Drop the tables of every version of `name` that neither serves nor is being built: the
+    one a swap retired, or what a kill during that drop or a superseded build left. Call it
+    holding the writer lock; `db` is connected only if there is something to drop."""
+    versions = read_versions(db_uri, name)
+    for version in sorted(_stored_versions(db_uri, name) - {versions.active, versions.building}):
+        log.info("collection %r: dropping the tables of its retired version %d", name, version)
+        db = db or connect(db_uri)
+        _drop_tables(db, db_uri, table_prefix(name, version), ALL_TABLES)
 
 
 def drop_collection(db_uri: str, name: str) -> None:
