@@ -23,7 +23,7 @@ from docsearch.app.collections_cmd import collection_info
 from docsearch.config import Settings
 from docsearch.errors import EncoderMismatchError, UsageError
 from docsearch.indexer.service import writing
-from docsearch.indexer.store import Store, read_versions
+from docsearch.indexer.store import Store, Versions, read_versions
 from docsearch.retriever import Hit, Retriever
 from tests.helpers import index_into, run_cli
 from tests.indexer.cli_hooks import run_hooked
@@ -74,9 +74,9 @@ def tables(db: str) -> set[str]:
 def interrupted_switch(db: str, options: dict[str, Any] = NEW) -> None:
     """A switch whose run failed before writing anything: its version is created, not swapped."""
     settings = Settings(db=db)
-    with pytest.raises(RuntimeError, match="stopped"):
-        with writing("c", settings=settings, encoder="hashing", options=options, switch=True):
-            raise RuntimeError("stopped")
+    run = writing("c", settings=settings, encoder="hashing", options=options, switch=True)
+    with pytest.raises(RuntimeError, match="stopped"), run:
+        raise RuntimeError("stopped")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +161,9 @@ def test_searches_during_a_switch_all_answer_old_until_the_swap_then_new(
     assert kinds[-3:] == ["new"] * 3
     # Searches kept answering from the old version while the new one was being built, and
     # `collections info` showed both versions meanwhile.
-    assert any(building and kind == "old" for (building, _, _), kind in zip(seen, kinds))
+    assert any(
+        building and kind == "old" for (building, _, _), kind in zip(seen, kinds, strict=True)
+    )
     assert any(both for _, both, _ in seen)
     assert retriever.encoder().dim == 32
 
@@ -194,7 +196,7 @@ def test_an_unfinished_switch_resumes_on_a_run_that_names_no_encoder(
     assert answer(Retriever("c", db=db).search(QUERY, k=5))  # the old version still serves
     report = index_into(db, root, encoder=None)  # type: ignore[arg-type]
     assert report.new == 13
-    assert read_versions(db, "c") == read_versions(db, "c").__class__(active=1, building=None)
+    assert read_versions(db, "c") == Versions(active=1, building=None)
     assert Store.open(db, "c").meta.encoder["dim"] == 32  # type: ignore[index]
 
 
@@ -233,7 +235,7 @@ def test_a_file_the_new_version_fails_to_read_holds_the_swap_back(
     held = index_into(db, root, options=NEW, switch=True, max_file_mb=1)
     assert [p for p, _ in held.failed] == [str(root / "big.md")]
     assert any("switch waits" in why for _, why in held.warnings)
-    assert read_versions(db, "c") == read_versions(db, "c").__class__(active=0, building=1)
+    assert read_versions(db, "c") == Versions(active=0, building=1)
     done = index_into(db, root, encoder=None)  # type: ignore[arg-type]
     assert done.new == 1 and not done.failed and read_versions(db, "c").active == 1
 
