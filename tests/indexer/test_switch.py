@@ -296,3 +296,68 @@ def test_a_kill_while_the_old_tables_are_dropped_leaves_the_new_version_serving(
     assert again.returncode == 0, again.stderr
     assert unchanged(again.stderr) == 13
     assert tables(db) == {"c.v1__chunks", "c.v1__docs", "c.v1__files", "c__versions"}
+
+
+@pytest.mark.slow
+def test_the_api_server_answers_old_through_a_killed_switch_and_new_after_its_rerun(
+    built: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The server holds the collection open: a switch killed half-way changes none of its
+    answers; the rerun that finishes it moves them, every search succeeding meanwhile."""
+    from tests.app.server import Client, served
+
+    root, db = built
+    old = answer(Retriever("c", db=db).search(QUERY, k=5))
+    new = answer(Retriever("c", db=reference(tmp_path, root, NEW, "new")).search(QUERY, k=5))
+    env = {"DOCSEARCH_DB": db, "DOCSEARCH_KEYS": str(tmp_path / "keys.json")}
+    env["DOCSEARCH_HOME"] = str(tmp_path / "home")
+    log = tmp_path / "serve.log"
+    with served(env, log=log) as server:
+
+        def search(client: Client) -> tuple[int, list[tuple[str, float]]]:
+            reply = client.post("/api/v1/collections/c/search", {"query": QUERY, "k": 5})
+            if reply.status != 200:
+                return reply.status, []
+            hits = reply.json()["hits"]
+            return 200, [(h["doc_id"], h["scores"]["dense"]["score"]) for h in hits]
+
+        status, first = search(server)
+        assert status == 200 and same_answer(first, old)
+        killed = run_cli(
+            *SWITCH_ARGS, str(root), "--db", db, env={**ENV, "DOCSEARCH_FAKE_KILL_AFTER": "4"}
+        )
+        assert killed.returncode == -signal.SIGKILL
+        status, after_kill = search(server)
+        assert status == 200 and same_answer(after_kill, old)
+        info = server.get("/api/v1/collections/c").json()
+        assert info["encoder_spec"]["dim"] == 64 and info["switch"]["encoder_spec"]["dim"] == 32
+
+        seen: list[tuple[int, list[tuple[str, float]]]] = []
+        stop = threading.Event()
+
+        def search_all_along() -> None:
+            client = Client(server.host, server.port)
+            while not stop.is_set():
+                seen.append(search(client))
+
+        searcher = threading.Thread(target=search_all_along)
+        searcher.start()
+        try:
+            slowed = {**ENV, "DOCSEARCH_FAKE_SLEEP": "0.1"}
+            finished = run_cli(*SWITCH_ARGS, str(root), "--db", db, env=slowed)
+            count = len(seen)
+            deadline = time.monotonic() + 60
+            while len(seen) < count + 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            searcher.join()
+    assert finished.returncode == 0, finished.stderr
+    assert [status for status, _ in seen] == [200] * len(seen)
+    kinds = [
+        "old" if same_answer(a, old) else "new" if same_answer(a, new) else "?" for _, a in seen
+    ]
+    swap = kinds.index("new")
+    assert set(kinds[:swap]) <= {"old"} and set(kinds[swap:]) == {"new"}
+    assert kinds[-3:] == ["new"] * 3
+    assert "Traceback" not in log.read_text()
