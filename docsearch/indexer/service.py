@@ -4,7 +4,9 @@
 takes the collection's writer lock (a second writer is refused with a message, whichever door it
 came through), prepares the collection (`collection.prepare`: its encoder and chunker, created or
 checked), plans the run (`plan.plan`), hands the plan to an engine (`pipeline.LocalEngine` or
-`ray_engine.RayEngine`) and returns the `IndexReport`. `writing(...)` is the lock and the
+`ray_engine.RayEngine`) and returns the `IndexReport`. A run that switches the collection to
+another encoder or chunker (`switch=True`, or an unfinished switch resumed) writes the new version
+and swaps it in when it ends without error (`finish_switch`). `writing(...)` is the lock and the
 preparation alone, for callers that also need the collection's encoder; `index_documents` writes
 documents that are not files (an evaluation corpus) through the local engine's write stage.
 Settings are resolved by the caller (the edge) and passed in: nothing here or below reads the environment.

@@ -2,7 +2,9 @@
 
 The chunks table carries the collection's identity in its schema metadata (schema version, the
 encoder spec, the chunker settings), so a later run re-opens it with the same encoder and a
-different encoder is refused. Writes are batched: one `merge_insert` replaces the chunks of a
+different encoder is refused, unless the run switches: it then builds a new version of the
+collection (the same tables under `<name>.vN__`) beside the serving one, and one commit to
+`<name>__versions` swaps it in (see "Versions" below). Writes are batched: one `merge_insert` replaces the chunks of a
 batch of files in a single commit (a file is never half old, half new), a second one their rows
 in `docs` (one per file, derived from its chunks: whole text, mean vector), then the `files` table
 records them. Lexical search is LanceDB's native BM25 full-text index (built before the first
