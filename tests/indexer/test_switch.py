@@ -240,6 +240,19 @@ def test_a_file_the_new_version_fails_to_read_holds_the_swap_back(
     assert done.new == 1 and not done.failed and read_versions(db, "c").active == 1
 
 
+def test_dropping_a_switched_collection_drops_every_version(built: tuple[Path, str]) -> None:
+    from docsearch.indexer.store import drop_collection, list_collections
+
+    root, db = built
+    index_into(db, root, options=NEW, switch=True)
+    interrupted_switch(db, {"max_tokens": 12, "dim": 16})
+    assert {"c.v1__chunks", "c.v2__chunks", "c__versions"} <= tables(db)
+    drop_collection(db, "c")
+    assert tables(db) == set() and list_collections(db) == []
+    index_into(db, root, options=OLD)  # a new collection of that name starts at version 0
+    assert read_versions(db, "c") == Versions() and "c__chunks" in tables(db)
+
+
 # ---------------------------------------------------------------------------------------------
 # Real processes, killed
 
