@@ -140,7 +140,8 @@ def prepare(
         if pending is not None:
             raise UsageError(
                 f"collection {name!r} has an unfinished switch to {pending.identity()}; index "
-                f"without --encoder to finish it, or add --switch to cancel it and keep the current one"
+                f"without --encoder to finish it, or add --switch to cancel it and keep the "
+                f"current encoder"
             )
     elif pending is not None:  # the unfinished switch resumes
         return _building(db, name, pending.meta, _encoder_of(pending.meta, runtime))
