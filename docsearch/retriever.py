@@ -15,6 +15,9 @@ search ranks them); `granularity="passage"` returns chunks instead (for RAG). Ex
 the query ("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that
 contain them (passages; the document rules use plain BM25, as they were measured): all of a
 query's identifiers (at most `snippets.MAX_IDENTIFIERS`) go into one extra full-text search.
+A Retriever follows its collection: once a switch (`docsearch index --switch`) swaps in a version
+built with another encoder or chunker, searches go to that version, with its encoder; each search
+reads one version from start to end, and one the swap interrupted is run again on the new one.
 Bad input of any kind (an unusable query, `k`, mode or filter) is a UsageError; `where` is checked
 as `docsearch.indexer.filters` describes, so it can narrow a search but never widen `path`.
 Each leg returns the store's candidates; fusion works on `{key: score}` maps; a `Hit`'s
@@ -29,18 +32,19 @@ from __future__ import annotations
 
 import logging
 import operator
+import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from docsearch.config import Settings
 from docsearch.defaults import MODES
-from docsearch.encoders.base import Encoder, encoder_from_spec
-from docsearch.errors import EncoderUnavailableError, UsageError
+from docsearch.encoders.base import Encoder, encoder_from_spec, same_identity
+from docsearch.errors import DocsearchError, EncoderUnavailableError, UsageError
 from docsearch.fusion import (
     CHUNK_FUSION,
     SIMILAR_RULES,
@@ -76,6 +80,7 @@ if TYPE_CHECKING:
     from docsearch.indexer.extract import Document
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 GRANULARITIES = ("document", "passage")
 # The longest queries of the evaluation sets here (whole-case queries aside) are abstracts of
@@ -234,20 +239,28 @@ class Retriever:
     ) -> None:
         self.settings = settings or Settings()
         self.db = db or self.settings.db
+        # The version of the collection this Retriever reads; `store` never changes. Once a
+        # switch swaps in another version, reads go to `_successor`, a Retriever on that one.
         self.store = Store.open(self.db, resolve_collection(self.db, collection))
+        self._given_encoder = encoder
         self._encoder = encoder
         self._query_thread: ThreadPoolExecutor | None = None  # encodes queries (see search)
         # The hybrid rule. None: the default rules (fusion.DOCUMENT_RULES for documents,
         # CHUNK_FUSION for passages); one over the chunk legs alone ranks documents by their best
         # chunk in each leg and passages as well, one with document legs ranks documents only.
         self.fusion = fusion or self.settings.fusion()
+        self._successor: Retriever | None = None
+        self._following = threading.Lock()
 
     @property
     def collection(self) -> str:
         return self.store.name
 
     def encoder(self) -> Encoder:
-        """The collection's encoder, loaded on first use (lexical search never loads it)."""
+        """The serving version's encoder, loaded on first use (lexical search never loads it)."""
+        return self._serving()._own_encoder()
+
+    def _own_encoder(self) -> Encoder:
         if self._encoder is None:
             if self.store.meta.encoder is None:
                 raise UsageError(f"collection {self.collection!r} has no vectors (lexical only)")
@@ -255,7 +268,53 @@ class Retriever:
         return self._encoder
 
     def default_mode(self) -> str:
+        return self._serving()._own_default_mode()
+
+    def _own_default_mode(self) -> str:
         return "hybrid" if self.store.has_vectors else "lexical"
+
+    # -- following the collection's serving version ---------------------------------------------
+
+    def _serving(self) -> Retriever:
+        """The Retriever of the version that serves searches now: this one until the collection
+        switches to another version (or is dropped and built again), then its successor's.
+        Nothing changes under a Retriever once made, so one search reads one version, with that
+        version's encoder, from its start to its end."""
+        if self._successor is None and self.store.is_current():
+            return self
+        with self._following:
+            if self._successor is None:
+                self._successor = self._next_version()
+        return self._successor._serving()
+
+    def _next_version(self) -> Retriever:
+        """A Retriever on the serving version; the caller's encoder goes with it only if that
+        version was built with it."""
+        follower = Retriever(
+            self.collection, db=self.db, fusion=self.fusion, settings=self.settings
+        )
+        given, spec = self._given_encoder, follower.store.meta.encoder
+        if given is not None and spec is not None and same_identity(given.spec(), spec):
+            follower._given_encoder = follower._encoder = given
+        log.info(
+            "collection %r: now reading its version %d", self.collection, follower.store.version
+        )
+        return follower
+
+    def _on_serving(self, read: Callable[[Retriever], _T]) -> _T:
+        """`read` on the serving version's Retriever; once more on the next one if a switch
+        swapped versions while it read (the old version's tables are dropped then, so a read
+        that was under way can fail). Bad input (a DocsearchError) is never retried."""
+        current = self._serving()
+        try:
+            return read(current)
+        except DocsearchError:
+            raise
+        except Exception:
+            if current.store.is_current():
+                raise
+            log.info("collection %r switched during a read; reading again", self.collection)
+            return read(self._serving())
 
     def search(
         self,
@@ -273,12 +332,29 @@ class Retriever:
         `where` is SQL over chunk columns ("page_start >= 3"), `path` a glob on the file path,
         `paths` a list of exact paths; each only narrows the search.
         """
+        return self._on_serving(
+            lambda version: version._search(
+                query, k, mode, where, path=path, paths=paths, granularity=granularity
+            )
+        )
+
+    def _search(
+        self,
+        query: str,
+        k: int,
+        mode: str | None,
+        where: str | None,
+        *,
+        path: str | None,
+        paths: Sequence[str] | None,
+        granularity: str,
+    ) -> list[Hit]:
         query = clean_query(query)
         k = _whole_number(k)
         if granularity not in GRANULARITIES:
             raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES)}")
         flt = ChunkFilter(path=path, paths=paths, where=where)
-        mode = self._usable_mode(mode or self.default_mode())
+        mode = self._usable_mode(mode or self._own_default_mode())
         documents = granularity == "document"
         rule = self._document_rule(mode, flt, query) if documents else None
         pool = max(CHUNK_POOL, 5 * k) if documents else max(20, 2 * k)
@@ -331,14 +407,27 @@ class Retriever:
         whole-document BM25 query of its `terms` key terms; dense side: its doc-mean vector;
         fused by `fusion.SIMILAR_RULES[mode]`. `explain=False` skips the shared terms and
         passage pairs (each hit then shows its opening passage)."""
+        return self._on_serving(
+            lambda version: version._similar(source, k, mode, terms=terms, explain=explain)
+        )
+
+    def _similar(
+        self,
+        source: str | Path | Document,
+        k: int,
+        mode: str | None,
+        *,
+        terms: int,
+        explain: bool,
+    ) -> list[SimilarHit]:
         k = _whole_number(k)
-        mode = self._usable_mode(mode or self.default_mode())
+        mode = self._usable_mode(mode or self._own_default_mode())
         if not self.store.has_documents:
             raise UsageError(
                 f"collection {self.collection!r} has no document table yet; run "
                 "`docsearch index` on it once to add it"
             )
-        encoder = None if mode == "lexical" else self.encoder()
+        encoder = None if mode == "lexical" else self._own_encoder()
         query = query_document(self.store, source, encoder)
         stats = collection_stats(self.store)
         key = stats.key_terms(query.text, terms, min_df=1 if query.doc_id is None else 2)
@@ -481,7 +570,7 @@ class Retriever:
     def _encode_beside(self, query: str, overlap: bool) -> Future[Any]:
         """The query's vector, encoded on the Retriever's query thread while the caller goes on
         (`overlap`; else here and now, as a finished future)."""
-        encoder = self.encoder()
+        encoder = self._own_encoder()
         if not (overlap and OVERLAP_ENCODING):
             done: Future[Any] = Future()
             done.set_result(encoder.encode_queries([query])[0])
@@ -501,7 +590,7 @@ class Retriever:
             return "lexical"
         if mode == "hybrid":
             try:
-                self.encoder()
+                self._own_encoder()
             except EncoderUnavailableError as exc:  # BM25 always answers
                 log.warning("encoder unavailable (%s); falling back to lexical search", exc)
                 return "lexical"
@@ -510,7 +599,8 @@ class Retriever:
     def lexical(self, query: str, limit: int, where: ChunkFilter | None) -> list[Candidate]:
         """BM25 candidates, with chunks containing the query's identifiers verbatim lifted to
         the top (their raw_score stays the true BM25)."""
-        return self._lift(query, self.store.search_text(query, limit, where), limit, where)
+        version = self._serving()
+        return version._lift(query, version.store.search_text(query, limit, where), limit, where)
 
     def _lift(
         self, query: str, found: list[Candidate], limit: int, where: ChunkFilter | None

@@ -10,6 +10,7 @@ Not here: PDF coordinates (we have none from pypdf), cross-chunk passages.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,12 +26,19 @@ STOPWORDS = frozenset(
 )
 
 
-@lru_cache(maxsize=1)
-def _stemmer():  # type: ignore[no-untyped-def]
-    # The English module alone: `import snowballstemmer` loads every language (slow at start-up).
-    from snowballstemmer.english_stemmer import EnglishStemmer
+_per_thread = threading.local()
 
-    return EnglishStemmer()
+
+def _stemmer():  # type: ignore[no-untyped-def]
+    """This thread's stemmer. A Snowball stemmer keeps the word it works on in itself, so one
+    shared by threads (the server's) mixes their words up: wrong stems, or an IndexError."""
+    stemmer = getattr(_per_thread, "stemmer", None)
+    if stemmer is None:
+        # The English module alone: `import snowballstemmer` loads every language (slow).
+        from snowballstemmer.english_stemmer import EnglishStemmer
+
+        stemmer = _per_thread.stemmer = EnglishStemmer()
+    return stemmer
 
 
 @lru_cache(maxsize=200_000)

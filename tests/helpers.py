@@ -128,10 +128,11 @@ def index_into(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     engine: Engine | None = None,
+    switch: bool = False,
     **settings: Any,
 ) -> IndexReport:
     """Index `root` into collection `name` through the indexing service, as `docsearch index`
-    does; `settings` are Settings fields (`commit_chunks=4`, `max_file_mb=1`...)."""
+    does (`switch`: as `--switch`); `settings` are Settings fields (`commit_chunks=4`...)."""
     from docsearch.config import Settings
     from docsearch.indexer.service import index
 
@@ -145,6 +146,7 @@ def index_into(
         include=include,
         exclude=exclude,
         engine=engine,
+        switch=switch,
     )
 
 

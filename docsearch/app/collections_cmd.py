@@ -6,11 +6,14 @@ Not here: the store (`docsearch.indexer.store`), index health (`doctor_cmd.py`).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from docsearch.app.common import DbOption, JsonOption, handle_errors
+
+if TYPE_CHECKING:
+    from docsearch.indexer.store import Store
 
 collections_app = typer.Typer(help="List, inspect and drop collections.", no_args_is_help=True)
 
@@ -30,20 +33,34 @@ def collections_list(as_json: JsonOption = False, db: DbOption = None) -> None:
     if not infos:
         typer.echo(f"no collections in {db}", err=True)
     for info in infos:
+        switch = f"\tswitching to {info['switch']['encoder']}" if info["switch"] else ""
         typer.echo(
             f"{info['name']}\t{info['files']} files\t{info['chunks']} chunks\t{info['encoder']}"
+            f"{switch}"
         )
 
 
 def collection_info(db: str, name: str) -> dict[str, Any]:
-    from docsearch.encoders.base import describe
+    """What the serving version holds and was built with; `switch`: the same for the version
+    an unfinished switch is building (None when there is none)."""
     from docsearch.indexer.store import Store
 
     store = Store.open(db, name)
-    files = store.file_stats()
+    pending = Store.pending_build(db, name)
     return {
         "name": name,
         "source": store.meta.source,
+        **version_info(store),
+        "switch": version_info(pending) if pending is not None else None,
+    }
+
+
+def version_info(store: Store) -> dict[str, Any]:
+    """One version of a collection: its encoder and chunker, and what it holds so far."""
+    from docsearch.encoders.base import describe
+
+    files = store.file_stats()
+    return {
         "encoder": describe(store.meta.encoder) if store.meta.encoder else "none (lexical only)",
         "encoder_spec": store.meta.encoder,
         "chunker": store.meta.chunker,
@@ -51,6 +68,7 @@ def collection_info(db: str, name: str) -> dict[str, Any]:
         "files": files.indexed,
         "failed_files": len(files.failed),
         "chunks": store.count_chunks(),
+        "version": store.version,
     }
 
 
@@ -60,7 +78,8 @@ def collections_info(
     name: Annotated[str | None, typer.Argument(help="Collection (default: as for search).")] = None,
     db: DbOption = None,
 ) -> None:
-    """Show what a collection was built with and what it holds (JSON)."""
+    """Show what a collection was built with and what it holds (JSON); while a switch
+    (`index --switch`) builds its next version, `switch` shows that one too."""
     from docsearch.config import Settings
     from docsearch.indexer.store import resolve_collection
 

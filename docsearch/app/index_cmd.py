@@ -27,6 +27,7 @@ from docsearch.errors import UsageError
 
 if TYPE_CHECKING:
     from docsearch.indexer.pipeline import Engine, IndexReport
+    from docsearch.indexer.store import Versions
 
 
 @handle_errors
@@ -69,6 +70,15 @@ def index(
         str | None,
         typer.Option(help="Language(s) of scanned pages and images, e.g. eng or deu+eng."),
     ] = None,
+    switch: Annotated[
+        bool,
+        typer.Option(
+            "--switch",
+            help="Rebuild an existing collection with --encoder (default: its own) and the "
+            "chunking options beside the current version, which answers searches until the "
+            "new one is complete and takes over. An interrupted switch resumes on the next run.",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Index a folder into a collection (incremental: only new or changed files are embedded).
@@ -79,6 +89,7 @@ def index(
     from docsearch.app.progress import ConsoleProgress
     from docsearch.config import Settings
     from docsearch.indexer import service
+    from docsearch.indexer.store import read_versions, validate_name
 
     chosen = _engine(engine, address, workers)
     if device and chosen.embeds_here:  # Ray actors check the device on their own nodes
@@ -87,6 +98,7 @@ def index(
         require(device)  # one line, before any model loads
     settings = Settings.resolve(db=db, max_tokens=max_tokens, overlap=overlap, ocr_lang=ocr_lang)
     name = collection or service.collection_for(path)
+    before = read_versions(settings.db, validate_name(name))
     with ConsoleProgress(f"indexing {name}") as progress:
         report = service.index(
             path,
@@ -99,8 +111,10 @@ def index(
             engine=chosen,
             runtime={"device": device} if device else None,
             progress=progress,
+            switch=switch,
         )
     _print_report(name, report)
+    _print_switch(settings.db, name, before)
     raise typer.Exit(report.exit_code)
 
 
@@ -115,6 +129,23 @@ def _engine(name: str, address: str | None, workers: int | None) -> Engine:
 
         return RayEngine(address=address, workers=workers)
     raise UsageError(f"unknown engine {name!r}; use local or ray")
+
+
+def _print_switch(db: str, name: str, before: Versions) -> None:
+    """Whether the run swapped the collection to a new version, or left a switch unfinished."""
+    from docsearch.indexer.store import Store, read_versions
+
+    after = read_versions(db, name)
+    if after.active != before.active:
+        typer.echo(
+            f"{name}: switched; searches now use {Store.open(db, name).identity()}", err=True
+        )
+    elif (pending := Store.pending_build(db, name)) is not None:
+        typer.echo(
+            f"{name}: the switch to {pending.identity()} is not finished; searches use "
+            f"{Store.open(db, name).identity()} until a run finishes it",
+            err=True,
+        )
 
 
 def _print_report(name: str, report: IndexReport) -> None:

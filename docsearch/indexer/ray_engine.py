@@ -137,8 +137,10 @@ class EmbedWorker:
         chunker_settings: dict[str, int],
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         runtime: dict[str, Any] | None = None,
+        version: int | None = None,
     ) -> None:
-        self.store = Store(None, name, uri=db_uri)
+        # The version the driver writes: during a switch, the one being built, not the serving one.
+        self.store = Store(None, name, uri=db_uri, version=version)
         self.encoder: Encoder | None = (
             encoder_from_spec(encoder_spec, **(runtime or {})) if encoder_spec else None
         )
@@ -151,6 +153,7 @@ class EmbedWorker:
         return {
             "db_uri": job.store.uri,
             "name": job.store.name,
+            "version": job.store.version,
             "encoder_spec": job.store.meta.encoder,
             "chunker_settings": job.chunker.settings.as_dict(),
             "token_budget": job.token_budget,

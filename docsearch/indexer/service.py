@@ -4,7 +4,9 @@
 takes the collection's writer lock (a second writer is refused with a message, whichever door it
 came through), prepares the collection (`collection.prepare`: its encoder and chunker, created or
 checked), plans the run (`plan.plan`), hands the plan to an engine (`pipeline.LocalEngine` or
-`ray_engine.RayEngine`) and returns the `IndexReport`. `writing(...)` is the lock and the
+`ray_engine.RayEngine`) and returns the `IndexReport`. A run that switches the collection to
+another encoder or chunker (`switch=True`, or an unfinished switch resumed) writes the new version
+and swaps it in when it ends without error (`finish_switch`). `writing(...)` is the lock and the
 preparation alone, for callers that also need the collection's encoder; `index_documents` writes
 documents that are not files (an evaluation corpus) through the local engine's write stage.
 Settings are resolved by the caller (the edge) and passed in: nothing here or below reads the environment.
@@ -13,6 +15,7 @@ Not here: the stages themselves (`pipeline.py`), the command line and the UI (`d
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,10 +39,12 @@ from docsearch.indexer.pipeline import (
     write_locally,
 )
 from docsearch.indexer.plan import plan, sha256_bytes
-from docsearch.indexer.store import FileRecord, collection_name_for, writer_lock
+from docsearch.indexer.store import FileRecord, Store, collection_name_for, writer_lock
 
 if TYPE_CHECKING:
     from docsearch.config import Settings
+
+log = logging.getLogger(__name__)
 
 
 def collection_for(path: Path) -> str:
@@ -61,11 +66,14 @@ def index(
     engine: Engine | None = None,
     runtime: Mapping[str, Any] | None = None,
     progress: ProgressSink | None = None,
+    switch: bool = False,
 ) -> IndexReport:
     """Bring `collection` (default: named after the folder) in line with the files under `path`.
 
     `encoder` names the encoder of a new collection (None: the settings' default, LEXICAL_ONLY:
-    none); an existing collection keeps its own and refuses another. `options` are the encoder's
+    none); an existing collection keeps its own and refuses another, unless `switch`: the run
+    then builds the collection again beside the serving version, with `encoder` (default: its
+    own) and the settings' chunking, and swaps it in at the end (see `writing`). `options` are the encoder's
     (the settings' model is added for the default encoder); `runtime` its run-time options
     (device...). `engine`: the local engine unless given. A run with nothing to do only brings
     the indexes up to date (no engine, no cluster).
@@ -86,6 +94,7 @@ def index(
         load_here=engine.embeds_here,
         source=str(root),
         progress=progress,
+        switch=switch,
     ) as job:
         started = time.perf_counter()
         job.store.ensure_search_indexes()  # a first build is searchable before its first commit
@@ -115,11 +124,14 @@ def writing(
     load_here: bool = True,
     source: str = "",
     progress: ProgressSink | None = None,
+    switch: bool = False,
 ) -> Iterator[Job]:
     """Hold `collection`'s writer lock and prepare it; the `Job` a run works with.
 
     `load_here=False` loads the encoder without `runtime` (an engine whose workers embed builds
     its own encoders with it, on their own devices: here it only identifies the collection).
+    When the job's store is a version a switch builds (`switch`, or an unfinished switch
+    resumed), a run that ends without an error swaps it in (`finish_switch`).
     """
     db = db or settings.db
     runtime = dict(runtime or {})
@@ -132,8 +144,9 @@ def writing(
             settings=settings,
             source=source,
             runtime=runtime if load_here else None,
+            switch=switch,
         )
-        yield Job(
+        job = Job(
             prepared.store,
             prepared.encoder,
             prepared.chunker,
@@ -143,6 +156,26 @@ def writing(
             runtime=runtime,
             progress=progress or NullProgress(),
         )
+        yield job
+        if job.store.is_building:
+            finish_switch(job)
+
+
+def finish_switch(job: Job) -> bool:
+    """Make the version `job` built serve searches, unless a file the serving version has
+    indexed failed in it (swapping would lose that file from search; the run reports it and a
+    rerun retries it). Whether it swapped."""
+    built, name = job.store, job.store.name
+    serving = Store(None, name, uri=built.uri)
+    kept = {p for p, r in serving.file_records().items() if r.status == "indexed"}
+    lost = sorted(p for p, r in built.file_records().items() if r.status == "failed" and p in kept)
+    if lost:
+        why = "indexed by the serving version but failed in the new one: the switch waits for it"
+        job.report.warnings.extend((path, why) for path in lost)
+        return False
+    retired = built.swap()
+    log.info("collection %r: version %d replaced version %d", name, built.version, retired)
+    return True
 
 
 def limits_of(settings: Settings) -> Limits:

@@ -2,7 +2,9 @@
 
 The chunks table carries the collection's identity in its schema metadata (schema version, the
 encoder spec, the chunker settings), so a later run re-opens it with the same encoder and a
-different encoder is refused. Writes are batched: one `merge_insert` replaces the chunks of a
+different encoder is refused, unless the run switches: it then builds a new version of the
+collection (the same tables under `<name>.vN__`) beside the serving one, and one commit to
+`<name>__versions` swaps it in (see "Versions" below). Writes are batched: one `merge_insert` replaces the chunks of a
 batch of files in a single commit (a file is never half old, half new), a second one their rows
 in `docs` (one per file, derived from its chunks: whole text, mean vector), then the `files` table
 records them. Lexical search is LanceDB's native BM25 full-text index (built before the first
@@ -347,6 +349,81 @@ def table_uri(db_uri: str, table: str) -> str:
 READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
 COLLECTION_TABLES = ("chunks", "files")
 PENDING_TABLE = "pending_vectors"  # embedded vectors not yet committed (a run's checkpoint)
+# Every table of a version, in the order they are dropped: the chunks table (the marker) first.
+ALL_TABLES = ("chunks", "docs", PENDING_TABLE, "files")
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions: an encoder or chunker switch builds a collection anew beside the one serving
+#
+# Version 0 is the tables above (`<name>__chunks`...); version N > 0 has the same tables under
+# `<name>.vN__` (collection names hold no dot). `<name>__versions`, a table without rows, records
+# in its schema metadata which version serves searches and which one a switch is building; a
+# collection that never switched has no such table (version 0 serves). Changing it is one Lance
+# commit, so every reader sees the old pointer or the new one: the swap at the end of a switch
+# is atomic, and until then searches read the old version only. The retired version's tables
+# are dropped right after the swap (readers that opened them retry on the new one, see
+# `Retriever`); leftovers of a kill during that drop go at the collection's next write.
+
+VERSIONS_TABLE = "versions"
+VERSIONS_KEY = "docsearch_versions"
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Which version of a collection serves searches, and which one a switch is building."""
+
+    active: int = 0
+    building: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def table_prefix(name: str, version: int) -> str:
+    """What a version's table names start with, before `__kind`."""
+    return name if version == 0 else f"{name}.v{version}"
+
+
+def parse_table(table: str) -> tuple[str, int, str] | None:
+    """(collection, version, kind) of a docsearch table name; None for any other table."""
+    prefix, _, kind = table.rpartition("__")
+    name, dot, version = prefix.partition(".v")
+    if not name or not kind or (dot and not version.isdigit()):
+        return None
+    return name, int(version) if dot else 0, kind
+
+
+def read_versions(db_uri: str, name: str) -> Versions:
+    """The collection's version pointer (version 0 serving, no switch: no pointer table)."""
+    table = f"{name}__{VERSIONS_TABLE}"
+    if table_state(db_uri, table) != READY:  # absent, or its creation was killed: never used
+        return Versions()
+    raw = _dataset(table_uri(db_uri, table)).schema.metadata.get(VERSIONS_KEY.encode())
+    return Versions(**json.loads(raw)) if raw else Versions()
+
+
+def _write_versions(db: Any, db_uri: str, name: str, versions: Versions) -> None:
+    """Point the collection at `versions`, in one commit (a new pointer table: its creation)."""
+    import pyarrow as pa
+
+    table = f"{name}__{VERSIONS_TABLE}"
+    state = table_state(db_uri, table)
+    if state == READY:
+        _dataset(table_uri(db_uri, table)).update_schema_metadata(
+            {VERSIONS_KEY: versions.to_json()}
+        )
+        return
+    if state == INCOMPLETE:
+        db.drop_table(table)
+    metadata = {VERSIONS_KEY.encode(): versions.to_json().encode()}
+    db.create_table(table, schema=pa.schema([pa.field("unused", pa.int32())], metadata=metadata))
+
+
+def _stored_versions(db_uri: str, name: str) -> set[int]:
+    """Every version of `name` with a table on disk, complete or not."""
+    found = (parse_table(table) for table in _table_names_anywhere(db_uri))
+    return {p[1] for p in found if p and p[0] == name and p[2] != VERSIONS_TABLE}
 
 
 def _has_manifest(table_dir: Path) -> bool:
@@ -385,20 +462,33 @@ def _table_names_anywhere(db_uri: str) -> list[str]:
 
 
 def survey(db_uri: str) -> tuple[list[str], dict[str, str]]:
-    """The complete collections, and the incomplete ones with what is wrong with each."""
+    """The complete collections, and the incomplete ones with what is wrong with each (each
+    judged by the tables of the version that serves it)."""
     names = set()
     for table in _table_names_anywhere(db_uri):
-        name, _, kind = table.rpartition("__")
-        if name and kind in COLLECTION_TABLES:
-            names.add(name)
+        parsed = parse_table(table)
+        if parsed and parsed[2] in (*COLLECTION_TABLES, VERSIONS_TABLE):
+            names.add(parsed[0])
     complete, broken = [], {}
     for name in sorted(names):
-        chunks, files = (table_state(db_uri, f"{name}__{kind}") for kind in COLLECTION_TABLES)
+        chunks, files = _serving_state(db_uri, name)
         if chunks == READY and files == READY:
             complete.append(name)
         else:
             broken[name] = _what_is_wrong(chunks, files)
     return complete, broken
+
+
+def _serving_state(db_uri: str, name: str) -> tuple[str, str]:
+    """The states of the chunks and files tables of the version serving `name`. A switch that
+    swaps versions meanwhile drops the tables just read: read again under the new pointer."""
+    for _ in range(3):
+        active = read_versions(db_uri, name).active
+        prefix = table_prefix(name, active)
+        chunks, files = (table_state(db_uri, f"{prefix}__{kind}") for kind in COLLECTION_TABLES)
+        if (chunks, files) == (READY, READY) or read_versions(db_uri, name).active == active:
+            break
+    return chunks, files
 
 
 def _what_is_wrong(chunks: str, files: str) -> str:
@@ -490,10 +580,13 @@ def _replace(table: Any, key: str, rows: list[dict[str, Any]], paths: Sequence[s
 
 
 class Store:
-    """One collection: its chunks and files tables and what it was built with."""
+    """One version of a collection: its chunks and files tables and what it was built with."""
 
-    def __init__(self, db: Any, name: str, *, uri: str | None = None) -> None:
+    def __init__(
+        self, db: Any, name: str, *, uri: str | None = None, version: int | None = None
+    ) -> None:
         """`db` is a LanceDB connection, or None to connect only when something is written.
+        `version`: which of the collection's versions (None: the one serving searches).
 
         Reads go straight to the Lance datasets under the tables (the same files, the same
         indexes and scores): importing `lancedb` costs seconds, and `search --mode lexical`
@@ -501,6 +594,8 @@ class Store:
         """
         self._db, self.name = db, name
         self.uri = _canonical_uri(uri or db.uri)
+        self.version = read_versions(self.uri, name).active if version is None else version
+        self.prefix = table_prefix(name, self.version)  # its tables are `<prefix>__<kind>`
         self._search_indexed = False  # the full-text index exists (checked once per Store)
         self._first_build = False  # this Store created that index while the table was filling
         self._has_documents = False
@@ -521,19 +616,19 @@ class Store:
     @cached_property
     def chunks(self) -> Any:
         """The LanceDB chunks table (writes and index management)."""
-        return self.db.open_table(f"{self.name}__chunks")
+        return self.db.open_table(f"{self.prefix}__chunks")
 
     @cached_property
     def files_table(self) -> Any:
-        return self.db.open_table(f"{self.name}__files")
+        return self.db.open_table(f"{self.prefix}__files")
 
     @cached_property
     def docs(self) -> Any:
         """The LanceDB docs table: one row per file that has chunks."""
-        return self.db.open_table(f"{self.name}__docs")
+        return self.db.open_table(f"{self.prefix}__docs")
 
     def _uri(self, table: str) -> str:
-        return table_uri(self.uri, f"{self.name}__{table}")
+        return table_uri(self.uri, f"{self.prefix}__{table}")
 
     def _read(self, table: str) -> Any:
         """The latest version of a table's Lance dataset, for reading."""
@@ -544,9 +639,11 @@ class Store:
 
     def is_current(self) -> bool:
         """Whether the collection on disk is still the one this Store opened: False once it was
-        dropped, or dropped and built again (another encoder, other chunks); reopen it then."""
+        dropped, dropped and built again, or switched to another version (another encoder,
+        other chunks); reopen it then."""
         try:
-            return self._stored_meta() == self.meta
+            serving = read_versions(self.uri, self.name).active == self.version
+            return serving and self._stored_meta() == self.meta
         except Exception:  # noqa: BLE001 - gone or half-written: either way, reopen and report
             return False
 
@@ -554,6 +651,7 @@ class Store:
 
     @classmethod
     def open(cls, db_uri: str, name: str) -> Store:
+        """The version of `name` that serves searches."""
         complete, broken = survey(db_uri)
         if name in broken:
             raise CollectionNotFoundError(incomplete_message(name, broken[name]))
@@ -563,7 +661,15 @@ class Store:
                 f"no collection named {name!r} in {db_uri} (collections: {known}); "
                 f"create it with `docsearch index PATH --collection {name}`"
             )
-        return cls(None, name, uri=db_uri)
+        for attempt in range(3):
+            active = read_versions(db_uri, name).active
+            try:
+                return cls(None, name, uri=db_uri, version=active)
+            except (OSError, ValueError, KeyError):
+                # A switch swapped versions and dropped this one since the pointer was read.
+                if attempt == 2 or read_versions(db_uri, name).active == active:
+                    raise
+        raise AssertionError("unreachable")
 
     @classmethod
     def open_or_create(cls, db_uri: str, name: str, meta: CollectionMeta) -> Store:
@@ -575,40 +681,127 @@ class Store:
         """
         validate_name(name)
         db = connect(db_uri)
-        state = {kind: table_state(db_uri, f"{name}__{kind}") for kind in COLLECTION_TABLES}
+        active = read_versions(db_uri, name).active
+        store = cls._open_or_create_version(db, db_uri, name, active, meta)
+        store.check_compatible(meta)
+        store.ensure_documents()
+        return store
+
+    @classmethod
+    def _open_or_create_version(
+        cls, db: Any, db_uri: str, name: str, version: int, meta: CollectionMeta
+    ) -> Store:
+        """Version `version` of `name`: opened if its chunks table exists (the files table
+        restored if missing), else created from `meta` (an interrupted creation's leftovers
+        dropped first)."""
+        prefix = table_prefix(name, version)
+        state = {kind: table_state(db_uri, f"{prefix}__{kind}") for kind in COLLECTION_TABLES}
         if state["chunks"] == READY:
             if state["files"] != READY:  # cannot come from our creation order; rebuilt anyway
                 log.warning("collection %r: recreating its missing files table", name)
-                _drop_tables(db, db_uri, name, ["files"])
-                db.create_table(f"{name}__files", schema=files_schema())
-            store = cls(db, name)
-            store.check_compatible(meta)
-            store.ensure_documents()
-            return store
+                _drop_tables(db, db_uri, prefix, ["files"])
+                db.create_table(f"{prefix}__files", schema=files_schema())
+            return cls(db, name, version=version)
         if any(s != ABSENT for s in state.values()):
             log.warning(
                 "collection %r was not fully created (interrupted); creating it again", name
             )
         # Stale records would claim files are indexed; stale vectors may be another encoder's.
-        _drop_tables(db, db_uri, name, [PENDING_TABLE, "files", "docs", "chunks"])
+        _drop_tables(db, db_uri, prefix, [PENDING_TABLE, "files", "docs", "chunks"])
         dim = meta.encoder["dim"] if meta.encoder else None
-        db.create_table(f"{name}__files", schema=files_schema())
-        _index_documents(db.create_table(f"{name}__docs", schema=docs_schema(dim)))
-        db.create_table(f"{name}__chunks", schema=chunks_schema(dim, meta))  # last: the marker
-        return cls(db, name)
+        db.create_table(f"{prefix}__files", schema=files_schema())
+        _index_documents(db.create_table(f"{prefix}__docs", schema=docs_schema(dim)))
+        db.create_table(f"{prefix}__chunks", schema=chunks_schema(dim, meta))  # last: the marker
+        return cls(db, name, version=version)
+
+    # -- switching to another encoder or chunker ----------------------------------------------
+    # Call these holding the writer lock. A run that switches writes a `building` Store as any
+    # run writes the serving one (the same commits, checkpoints and resumption), then swaps.
+
+    @classmethod
+    def build_version(cls, db_uri: str, name: str, meta: CollectionMeta) -> Store:
+        """The version of `name` being built with `meta`'s encoder and chunker beside the one
+        serving: the unfinished one if it was started with the same identity (what it holds
+        is kept: the run resumes), else a new one (an unfinished one of another identity is
+        dropped). The pointer names it before its tables exist, so a kill in between leaves
+        an incomplete build that the next call recreates."""
+        db = connect(db_uri)
+        versions = read_versions(db_uri, name)
+        if versions.building is not None:
+            pending = cls._open_or_create_version(db, db_uri, name, versions.building, meta)
+            if pending.identity_matches(meta):
+                pending.ensure_documents()
+                return pending
+            log.warning(
+                "collection %r: dropping the unfinished switch to %s", name, pending.identity()
+            )
+        number = max({versions.active, *_stored_versions(db_uri, name)}) + 1
+        _write_versions(db, db_uri, name, Versions(versions.active, number))
+        drop_unused_versions(db_uri, name, db)
+        return cls._open_or_create_version(db, db_uri, name, number, meta)
+
+    @classmethod
+    def pending_build(cls, db_uri: str, name: str) -> Store | None:
+        """The version an unfinished switch was building, if its creation got as far as its
+        chunks table (else None: nothing of it is worth resuming)."""
+        building = read_versions(db_uri, name).building
+        if building is None:
+            return None
+        prefix = table_prefix(name, building)
+        if table_state(db_uri, f"{prefix}__chunks") != READY:
+            return None
+        return cls(None, name, uri=db_uri, version=building)
+
+    @property
+    def is_building(self) -> bool:
+        """Whether this is the version a switch builds (not yet serving)."""
+        return read_versions(self.uri, self.name).building == self.version
+
+    def swap(self) -> int:
+        """Make this version (the one being built) serve searches, in one commit, then drop the
+        version it replaces; the replaced version's number."""
+        versions = read_versions(self.uri, self.name)
+        if versions.building != self.version:
+            raise UsageError(f"version {self.version} of {self.name!r} is not being built")
+        _write_versions(self.db, self.uri, self.name, Versions(self.version, None))
+        drop_unused_versions(self.uri, self.name, self.db)
+        return versions.active
+
+    @classmethod
+    def cancel_build(cls, db_uri: str, name: str) -> None:
+        """Give up an unfinished switch: its version is dropped; the serving one stays."""
+        versions = read_versions(db_uri, name)
+        if versions.building is None:
+            return
+        db = connect(db_uri)
+        _write_versions(db, db_uri, name, Versions(versions.active, None))
+        drop_unused_versions(db_uri, name, db)
+
+    def identity_matches(self, meta: CollectionMeta) -> bool:
+        """Whether `meta` asks for this version's encoder and chunker."""
+        try:
+            self.check_compatible(meta)
+        except EncoderMismatchError:
+            return False
+        return True
+
+    def identity(self) -> str:
+        """The version's encoder and chunk size, for messages."""
+        encoder = describe(self.meta.encoder) if self.meta.encoder else "no encoder (lexical)"
+        return f"{encoder}, {self.meta.chunker.get('max_tokens', '?')}-token chunks"
 
     def ensure_documents(self) -> None:
         """Give a collection built before the docs table existed (or whose docs creation was
         killed) its documents, made from the stored chunks and vectors: nothing is extracted or
         embedded again. Written in one step, then indexed; a kill between the two leaves a table
         without its index, which `has_documents` does not count and the next writer indexes."""
-        if table_state(self.uri, f"{self.name}__docs") != READY:
-            _drop_tables(self.db, self.uri, self.name, ["docs"])  # a creation killed half-way
+        if table_state(self.uri, f"{self.prefix}__docs") != READY:
+            _drop_tables(self.db, self.uri, self.prefix, ["docs"])  # a creation killed half-way
             started, schema = time.perf_counter(), docs_schema(self._dim)
             data = self._documents_from_chunks(schema)
             # The new table replaces any handle this Store holds on an older one.
             self.__dict__["docs"] = self.db.create_table(
-                f"{self.name}__docs", data=data, schema=schema
+                f"{self.prefix}__docs", data=data, schema=schema
             )
             message = "collection %r: %d documents made from its stored chunks in %.1f s"
             log.info(message, self.name, self.count_documents(), time.perf_counter() - started)
@@ -631,7 +824,7 @@ class Store:
         built before docsearch had it, until a writer opens it (`docsearch index` backfills
         it): the retriever then ranks documents by their chunks alone."""
         if not self._has_documents:  # once there, it stays (a rebuilt collection: is_current)
-            ready = table_state(self.uri, f"{self.name}__docs") == READY
+            ready = table_state(self.uri, f"{self.prefix}__docs") == READY
             indexes = self._read("docs").describe_indices() if ready else []
             self._has_documents = any(index.name == "text_idx" for index in indexes)
         return self._has_documents
@@ -658,14 +851,16 @@ class Store:
             was = describe(old) if old else "no encoder (lexical only)"
             now = describe(new) if new else "no encoder (lexical only)"
             raise EncoderMismatchError(
-                f"collection {self.name!r} was built with {was}, not {now}; index into a new "
-                f"collection (--collection NEW) or re-index from scratch after "
+                f"collection {self.name!r} was built with {was}, not {now}; add --switch to "
+                f"rebuild it with {now} while searches keep using the current version, index "
+                f"into a new collection (--collection NEW), or re-index from scratch after "
                 f"`docsearch collections drop {self.name}`"
             )
         if self.meta.chunker != meta.chunker:
             raise EncoderMismatchError(
                 f"collection {self.name!r} was chunked with {self.meta.chunker}, not "
-                f"{meta.chunker}; use the same --max-tokens/--overlap, or a new collection"
+                f"{meta.chunker}; use the same --max-tokens/--overlap, add --switch to rechunk "
+                f"it beside the current version, or use a new collection"
             )
 
     @property
@@ -730,7 +925,7 @@ class Store:
 
     @property
     def _pending_name(self) -> str:
-        return f"{self.name}__{PENDING_TABLE}"
+        return f"{self.prefix}__{PENDING_TABLE}"
 
     def has_pending_vectors(self) -> bool:
         return table_state(self.uri, self._pending_name) == READY
@@ -779,7 +974,7 @@ class Store:
             table.delete(sql_in("text_sha", shas[start : start + 500]))
 
     def drop_pending_vectors(self) -> None:
-        _drop_tables(self.db, self.uri, self.name, [PENDING_TABLE])
+        _drop_tables(self.db, self.uri, self.prefix, [PENDING_TABLE])
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -1111,19 +1306,36 @@ def writer_lock(db_uri: str, name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def drop_unused_versions(db_uri: str, name: str, db: Any = None) -> None:
+    """Drop the tables of every version of `name` that neither serves nor is being built: the
+    one a swap retired, or what a kill during that drop or a superseded build left. Call it
+    holding the writer lock; `db` is connected only if there is something to drop."""
+    versions = read_versions(db_uri, name)
+    for version in sorted(_stored_versions(db_uri, name) - {versions.active, versions.building}):
+        log.info("collection %r: dropping the tables of its retired version %d", name, version)
+        db = db or connect(db_uri)
+        _drop_tables(db, db_uri, table_prefix(name, version), ALL_TABLES)
+
+
 def drop_collection(db_uri: str, name: str) -> None:
-    """Drop a collection's tables, complete or not; the chunks table first, so an interrupted
-    drop leaves an incomplete collection (reported, and repaired or dropped later)."""
-    tables = ["chunks", "docs", PENDING_TABLE, "files"]
-    if all(table_state(db_uri, f"{name}__{kind}") == ABSENT for kind in tables):
+    """Drop a collection's tables, complete or not, every version of it; the serving version's
+    chunks table first, so an interrupted drop leaves an incomplete collection (reported, and
+    repaired or dropped later), and the version pointer last."""
+    versions = _stored_versions(db_uri, name)
+    pointer = table_state(db_uri, f"{name}__{VERSIONS_TABLE}") != ABSENT
+    if not versions and not pointer:
         raise CollectionNotFoundError(f"no collection named {name!r} in {db_uri}")
-    _drop_tables(connect(db_uri), db_uri, name, tables)
+    db, active = connect(db_uri), read_versions(db_uri, name).active
+    for version in sorted(versions, key=lambda v: v != active):  # the serving one first
+        _drop_tables(db, db_uri, table_prefix(name, version), ALL_TABLES)
+    _drop_tables(db, db_uri, name, [VERSIONS_TABLE])
 
 
-def _drop_tables(db: Any, db_uri: str, name: str, kinds: Sequence[str]) -> None:
+def _drop_tables(db: Any, db_uri: str, prefix: str, kinds: Sequence[str]) -> None:
+    """Drop the tables `<prefix>__<kind>` that exist (a version's: `table_prefix`)."""
     for kind in kinds:
-        if table_state(db_uri, f"{name}__{kind}") != ABSENT:
-            db.drop_table(f"{name}__{kind}")
+        if table_state(db_uri, f"{prefix}__{kind}") != ABSENT:
+            db.drop_table(f"{prefix}__{kind}")
 
 
 def _canonical_uri(db_uri: str) -> str:

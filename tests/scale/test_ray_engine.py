@@ -148,6 +148,23 @@ def test_a_run_commits_the_chunks_once(corpus: Path, tmp_path: Path) -> None:
     assert not any("hypertension" in path for path in docs)
 
 
+def test_a_switch_builds_through_the_store_the_new_version_a_local_build_makes(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """The actors write the version a switch builds (not the serving one); the swap follows."""
+    from docsearch.indexer.store import read_versions
+
+    switched, local = str(tmp_path / "switched"), str(tmp_path / "local")
+    run_inline(corpus, switched)
+    other = {"encoder": "hashing", "options": {"max_tokens": 64, "dim": 32}}
+    report = index_into(switched, corpus, engine=InlineRay(), switch=True, **other)
+    assert report.new == 5 and read_versions(switched, "c").active == 1
+    run_local(corpus, local, other)
+    assert assert_same_chunks(local, switched) == report.chunks_written
+    assert assert_same_documents(local, switched) == 5
+    assert files(local) == files(switched)
+
+
 def test_placement_one_actor_per_gpu_or_cpu_workers_that_leave_room() -> None:
     gpu = ray_engine.placement({"CPU": 32, "GPU": 4}, None)
     assert (gpu.workers, gpu.num_gpus, gpu.num_cpus) == (4, 1.0, 1.0)

@@ -1,0 +1,60 @@
+"""Snippets are made by many threads at once (the API server's worker threads): stemming must
+give every thread the stems a single thread gets."""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from docsearch import snippets
+
+SUFFIXES = ["ational", "ization", "fulness", "iveness", "ing", "edly", "ness", "ement", "ously"]
+
+
+@pytest.fixture
+def fast_thread_switching() -> Iterator[None]:
+    """Switch threads every microsecond, so that stems computed at the same time interleave."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+def fresh_words(count: int, seed: int) -> list[str]:
+    """Words no earlier stem call has cached (random stems, English suffixes)."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnoprstuvw"
+    return [
+        "".join(rng.choices(letters, k=rng.randint(4, 9))) + rng.choice(SUFFIXES)
+        for _ in range(count)
+    ]
+
+
+def test_threads_stemming_at_once_get_the_single_thread_stems(fast_thread_switching: None) -> None:
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
+    words = fresh_words(2000, seed=random.SystemRandom().randrange(1 << 30))
+    reference = EnglishStemmer()
+    expected = {word: reference.stemWord(word) for word in words}
+    snippets.stem.cache_clear()
+    got: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def stem_all(part: list[str]) -> None:
+        try:
+            got.update((word, snippets.stem(word)) for word in part)
+        except Exception as exc:  # noqa: BLE001 - a crashed stemmer is the failure reported
+            errors.append(exc)
+
+    threads = [threading.Thread(target=stem_all, args=(words[i::8],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, f"{len(errors)} threads failed, first: {errors[0]!r}"
+    wrong = {word: (got[word], expected[word]) for word in words if got[word] != expected[word]}
+    assert not wrong, f"{len(wrong)} wrong stems, e.g. {list(wrong.items())[:3]}"
