@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 
 from docsearch.app.cli import app
 from docsearch.errors import UsageError
+from docsearch.indexer.store import cache_file, drop_collection
 from docsearch.retriever import Retriever
-from docsearch.similar import TermStats, words
+from docsearch.similar import TermStats, _stats, collection_stats, words
 from tests.helpers import index_into, make_docx, make_pdf, running_as_root
 
 PUMP = [
@@ -134,6 +135,65 @@ def test_word_statistics_follow_the_collection(tmp_path: Path) -> None:
     index_into(db, root, "c", encoder="none")
     after = Retriever("c", db=db).similar(str(query), k=1, mode="lexical")
     assert _paths(after) == ["flywheel.md"] and "flywheel" in after[0].terms
+
+
+def test_word_statistics_are_kept_for_a_fresh_process_until_the_collection_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "docs"
+    _corpus(root)
+    db = str(tmp_path / "db")
+    index_into(db, root, "c", encoder="none")
+    query = str(_write(tmp_path / "query.txt", "txt", ["The flywheel and the strainer wore out."]))
+    kept = cache_file(db, "c", "termstats")
+    assert kept is not None and not kept.exists()
+    counted = collection_stats(Retriever("c", db=db).store)
+    first = Retriever("c", db=db).similar(query, k=3, mode="lexical")
+    assert kept.is_file()
+
+    def no_counting(texts: object) -> TermStats:
+        raise AssertionError("the word statistics were counted again")
+
+    _stats.cache_clear()  # what a fresh process starts with
+    with monkeypatch.context() as patched:
+        patched.setattr(TermStats, "of", no_counting)
+        assert collection_stats(Retriever("c", db=db).store) == counted
+        again = Retriever("c", db=db).similar(query, k=3, mode="lexical")
+    assert [(h.path, h.terms) for h in again] == [(h.path, h.terms) for h in first]
+
+    (root / "flywheel.md").write_text("The flywheel cracked; the flywheel was replaced.\n")
+    index_into(db, root, "c", encoder="none")
+    _stats.cache_clear()
+    changed = Retriever("c", db=db).similar(query, k=1, mode="lexical")  # counted again
+    assert _paths(changed) == ["flywheel.md"] and "flywheel" in changed[0].terms
+    recounted = collection_stats(Retriever("c", db=db).store)
+    assert recounted.documents == counted.documents + 1
+
+    kept.write_bytes(b"not statistics")  # a damaged file is counted again, and replaced
+    _stats.cache_clear()
+    assert collection_stats(Retriever("c", db=db).store) == recounted
+    _stats.cache_clear()
+    with monkeypatch.context() as patched:
+        patched.setattr(TermStats, "of", no_counting)
+        assert collection_stats(Retriever("c", db=db).store) == recounted
+
+    drop_collection(db, "c")
+    assert not kept.exists()
+
+
+@pytest.mark.skipif(running_as_root(), reason="root writes where chmod forbids")
+def test_a_database_folder_it_cannot_write_to_keeps_no_statistics(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    _corpus(root)
+    db = tmp_path / "db"
+    index_into(str(db), root, "c", encoder="none")
+    db.chmod(0o555)
+    try:
+        hits = Retriever("c", db=str(db)).similar(str(root / "report.md"), k=1, mode="lexical")
+    finally:
+        db.chmod(0o755)
+    assert _paths(hits) == ["report_copy.txt"]
+    assert not list(db.glob(".c.*.cache*"))
 
 
 def test_explanations_name_shared_terms_and_the_page_of_each_passage(

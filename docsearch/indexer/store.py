@@ -937,6 +937,13 @@ class Store:
             "last_write": self.last_write(),
         }
 
+    def documents_version(self) -> str:
+        """The docs table's latest version as a key for caches derived from it: its number and
+        when it was written (a collection dropped and built again restarts the numbers, not the
+        clock). Read from the manifest already open: no data is read."""
+        version = self._read("docs").get_version()
+        return f"{version['version']}@{version['timestamp'].isoformat()}"
+
     def last_write(self) -> float:
         versions = self._read("chunks").versions()
         stamp = versions[-1]["timestamp"] if versions else None
@@ -1100,11 +1107,23 @@ def writer_lock(db_uri: str, name: str) -> Iterator[None]:
 
 def drop_collection(db_uri: str, name: str) -> None:
     """Drop a collection's tables, complete or not; the chunks table first, so an interrupted
-    drop leaves an incomplete collection (reported, and repaired or dropped later)."""
+    drop leaves an incomplete collection (reported, and repaired or dropped later). Its caches
+    (`cache_file`) go last."""
     tables = ["chunks", "docs", PENDING_TABLE, "files"]
     if all(table_state(db_uri, f"{name}__{kind}") == ABSENT for kind in tables):
         raise CollectionNotFoundError(f"no collection named {name!r} in {db_uri}")
     _drop_tables(connect(db_uri), db_uri, name, tables)
+    folder = local_db_path(db_uri)
+    for cache in folder.glob(f".{name}.*.cache") if folder is not None else []:
+        cache.unlink(missing_ok=True)
+
+
+def cache_file(db_uri: str, name: str, kind: str) -> Path | None:
+    """Where a cache derived from a local collection's tables is kept: `.<name>.<kind>.cache`
+    in the database folder, dropped with the collection (names hold no dots, so the pattern
+    never reaches another collection's files). None for an object store: no cache is kept."""
+    folder = local_db_path(db_uri)
+    return folder / f".{name}.{kind}.cache" if folder is not None else None
 
 
 def _drop_tables(db: Any, db_uri: str, name: str, kinds: Sequence[str]) -> None:
