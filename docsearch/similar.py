@@ -35,7 +35,6 @@ from docsearch.indexer.store import (
     Store,
     cache_file,
     sql_in,
-    sql_str,
 )
 
 if TYPE_CHECKING:
@@ -51,6 +50,8 @@ MAX_WORD_CHARS = 40
 MAX_TERMS = 150
 REPEATS = 4  # how often the best key term is written in the query (see lexical_query)
 EXPLAIN_TERMS = 10  # shared key terms a result shows, and that pick its passage pair
+MAX_PAIRS = 3  # passage pairs a result shows when both documents have vectors
+PAIR_SHARE = 0.75  # ... each at least this share of the best pair's cosine
 K1, B = 1.2, 0.75  # the query document's term weights (BM25's usual values)
 STATS_FORMAT = 1  # of the kept word statistics: bump when `words` splits text differently
 
@@ -161,6 +162,7 @@ class QueryDocument:
     chunks: Sequence[ChunkView]
     doc_id: str | None = None
     vector: np.ndarray | None = None
+    chunk_vectors: np.ndarray | None = None  # (chunks, dim), in the order of `chunks`
 
 
 def query_document(
@@ -202,10 +204,26 @@ def _stored(store: Store, names: Sequence[str], with_vector: bool) -> QueryDocum
     if not rows:
         return None
     row = rows[0]
-    chunks = store.rows(f"doc_id = {sql_str(row['doc_id'])}", RESULT_COLUMNS)
-    views = sorted((chunk_view(c) for c in chunks), key=lambda c: c.ordinal)
+    views, vectors = document_chunks(store, [row["doc_id"]], with_vector)[row["doc_id"]]
     vector = np.asarray(row["vector"], dtype=np.float32) if with_vector else None
-    return QueryDocument(row["path"], row["text"], views, row["doc_id"], vector)
+    return QueryDocument(row["path"], row["text"], views, row["doc_id"], vector, vectors)
+
+
+def document_chunks(
+    store: Store, doc_ids: Sequence[str], with_vectors: bool
+) -> dict[str, tuple[list[ChunkView], np.ndarray | None]]:
+    """doc_id -> its chunks in reading order, and their vectors (one row each) when asked for;
+    one read for all of `doc_ids`."""
+    columns = [*RESULT_COLUMNS, *(["vector"] if with_vectors else [])]
+    by_doc: dict[str, list[dict[str, Any]]] = {}
+    for row in store.rows(sql_in("doc_id", doc_ids), columns) if doc_ids else []:
+        by_doc.setdefault(row["doc_id"], []).append(row)
+    out = {}
+    for doc, rows in by_doc.items():
+        rows.sort(key=lambda row: row["ordinal"])
+        vectors = np.asarray([r["vector"] for r in rows], np.float32) if with_vectors else None
+        out[doc] = ([chunk_view(r) for r in rows], vectors)
+    return out
 
 
 def _outside(store: Store, doc: Document, encoder: Encoder | None) -> QueryDocument:
@@ -220,14 +238,14 @@ def _outside(store: Store, doc: Document, encoder: Encoder | None) -> QueryDocum
     rows = chunk_rows(doc, chunker.chunk(doc), file_sha="")
     if not rows or not words(doc.text):
         raise UsageError(f"the query document {doc.path} has no words to compare")
-    vector = None
+    vector = vectors = None
     if encoder is not None:
-        vectors = encoder.encode_documents([row["text"] for row in rows])
+        vectors = np.asarray(encoder.encode_documents([row["text"] for row in rows]), np.float32)
         for row, one in zip(rows, vectors, strict=True):
             row["vector"] = one
         vector = np.asarray(document_rows(rows)[0]["vector"], dtype=np.float32)
     views = [chunk_view(row) for row in rows]
-    return QueryDocument(doc.path, doc.text, views, vector=vector)
+    return QueryDocument(doc.path, doc.text, views, vector=vector, chunk_vectors=vectors)
 
 
 def chunk_view(row: Mapping[str, Any]) -> ChunkView:
@@ -262,3 +280,42 @@ def shared_terms(
     """The first `limit` key terms (best first) that `chunks` (one document) contain."""
     held = {w for c in chunks for w in words(c.text)}
     return dict([(term, weight) for term, weight in terms if term in held][:limit])
+
+
+@dataclass(frozen=True)
+class ChunkMatch:
+    """How the chunks of the query document meet those of one other document: the cosine
+    similarity of every pair (rows: query chunks, columns: the document's; vectors are unit
+    norm, so a dot product)."""
+
+    similarity: np.ndarray
+
+    @classmethod
+    def of(cls, query: np.ndarray, document: np.ndarray) -> ChunkMatch:
+        return cls(query @ document.T)
+
+    def score(self) -> float:
+        """How much of the query document the other one covers: each query chunk's best match,
+        averaged (a long document is not favoured for holding many chunks)."""
+        return float(self.similarity.max(axis=1).mean())
+
+    def pairs(self, limit: int = MAX_PAIRS) -> list[tuple[int, int, float]]:
+        """The `limit` best (query chunk, document chunk, cosine) pairs, best first, no chunk
+        of either document in two of them (three views of one passage explain nothing more),
+        none below PAIR_SHARE of the best one's cosine."""
+        order = np.argsort(-self.similarity, axis=None, kind="stable")
+        rows, cols = np.unravel_index(order, self.similarity.shape)
+        used_rows: set[int] = set()
+        used_cols: set[int] = set()
+        out: list[tuple[int, int, float]] = []
+        for row, col in zip(rows.tolist(), cols.tolist(), strict=True):
+            if row in used_rows or col in used_cols:
+                continue
+            if out and self.similarity[row, col] < PAIR_SHARE * out[0][2]:
+                break  # far weaker than the best pair: it would explain nothing
+            out.append((row, col, float(self.similarity[row, col])))
+            used_rows.add(row)
+            used_cols.add(col)
+            if len(out) == limit:
+                break
+        return out

@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from docsearch.app.cli import app
 from docsearch.errors import UsageError
+from docsearch.fusion import Fusion
 from docsearch.indexer.store import cache_file, drop_collection
 from docsearch.retriever import Retriever
-from docsearch.similar import TermStats, _stats, collection_stats, words
+from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats, words
 from tests.helpers import index_into, make_docx, make_pdf, running_as_root
 
 PUMP = [
@@ -219,6 +221,57 @@ def test_explanations_name_shared_terms_and_the_page_of_each_passage(
     assert not set(unrelated.terms) & {"impeller", "cavitation", "pump"}
 
 
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_with_vectors_the_passage_pairs_are_the_best_matching_chunks(
+    collection: tuple[Path, str], tmp_path: Path, mode: str
+) -> None:
+    _, db = collection
+    query = _write(tmp_path / "query.pdf", "pdf", PUMP[:2])
+    hits = Retriever("c", db=db).similar(str(query), k=6, mode=mode)
+    manual = next(h for h in hits if h.path.endswith("manual.pdf"))
+    best = manual.pairs[0]
+    assert best.by == "vectors"
+    assert (best.query.pages, best.match.pages) == ("2", "3")  # the pump page of each
+    assert best.query.path == str(query.absolute())
+    assert {"coolant", "cavitation"} <= set(words(best.match.text))
+    assert "**cavitation**" in best.match.snippet.marked()  # shared terms marked
+    assert (manual.query_passage, manual.passages) == (
+        best.query,
+        tuple(p.match for p in manual.pairs),
+    )
+    scores = [pair.score for pair in manual.pairs]
+    assert scores == sorted(scores, reverse=True) and 0.0 < scores[0] <= 1.0 + 1e-5
+    for side in ("query", "match"):  # no chunk in two pairs
+        ids = [getattr(pair, side).chunk_id for pair in manual.pairs]
+        assert len(ids) == len(set(ids))
+    shown = manual.as_dict()["pairs"][0]
+    assert (shown["by"], shown["query"]["pages"], shown["match"]["pages"]) == ("vectors", "2", "3")
+    assert shown["score"] == pytest.approx(best.score)
+
+
+def test_chunk_matching_scores_coverage_and_pairs_each_chunk_once() -> None:
+    # 3 query chunks x 2 document chunks; cosines as if from unit vectors
+    match = ChunkMatch(np.array([[0.9, 0.2], [0.8, 0.7], [0.1, 0.3]], dtype=np.float32))
+    assert match.score() == pytest.approx((0.9 + 0.8 + 0.3) / 3, abs=1e-6)
+    # 0.9 takes query chunk 0 and document chunk 0; 0.8 and 0.2 reuse one of them
+    assert [(q, d) for q, d, _ in match.pairs()] == [(0, 0), (1, 1)]
+    assert match.pairs(limit=1)[0][2] == pytest.approx(0.9, abs=1e-6)
+    weak = ChunkMatch(np.array([[0.9, 0.0], [0.0, 0.5]], dtype=np.float32))
+    assert len(weak.pairs()) == 1  # 0.5 is under PAIR_SHARE of 0.9
+    unit = np.eye(3, dtype=np.float32)
+    assert ChunkMatch.of(unit, unit[:2]).score() == pytest.approx(2 / 3, abs=1e-6)
+
+
+def test_the_chunk_leg_ranks_by_chunk_matches(collection: tuple[Path, str]) -> None:
+    root, db = collection
+    rule = Fusion("maxnorm", {"chunk_dense": 1.0})
+    hits = Retriever("c", db=db).similar(str(root / "report.md"), k=3, mode="vector", rule=rule)
+    assert _paths(hits)[0] == "report_copy.txt"
+    leg = [h.scores["chunk_dense"]["score"] for h in hits]
+    assert [h.scores["fused"]["score"] for h in hits] == leg  # the one weighted leg
+    assert leg == sorted(leg, reverse=True) and leg[0] > 0.9  # chunk for chunk near copies
+
+
 def test_cli_text_and_json_show_terms_and_pages(
     collection: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -230,12 +283,17 @@ def test_cli_text_and_json_show_terms_and_pages(
     assert text.output.startswith("1. ")
     assert "report_copy.txt" in text.output.splitlines()[1]
     assert "shared terms: " in text.output and "this document p. 1:" in text.output
+    assert "pair 1 (shared terms):" in text.output
     raw = runner.invoke(app, [*args, "--json"])
     assert raw.exit_code == 0, raw.output
     hits = json.loads(raw.output)
     assert Path(hits[0]["path"]).name == "report_copy.txt"
     assert hits[0]["terms"][0] == "strainer"  # 3 times in each, in no other document
     assert hits[0]["pages"] == "1" and hits[0]["query_passage"]["pages"] == "1"
+    assert [p["by"] for p in hits[0]["pairs"]] == ["terms"]
+    dense = runner.invoke(app, [*args[:-2], "--mode", "vector", "-k", "1"])
+    assert dense.exit_code == 0, dense.output
+    assert "pair 1 (cosine " in dense.output and "this document p. 1:" in dense.output
     assert all(not h["path"].endswith("report.md") for h in hits)
 
 
