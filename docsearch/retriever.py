@@ -55,6 +55,7 @@ from docsearch.indexer.store import (
 from docsearch.similar import (
     MAX_TERMS,
     ChunkMatch,
+    InCollection,
     QueryDocument,
     best_passage,
     chunk_view,
@@ -363,7 +364,7 @@ class Retriever:
 
     def similar(
         self,
-        source: str | Path | Document,
+        source: str | Path | Document | InCollection,
         k: int = 10,
         mode: str | None = None,
         *,
@@ -372,8 +373,9 @@ class Retriever:
         rule: Fusion | None = None,
     ) -> list[SimilarHit]:
         """The `k` documents most like `source`, best first: a file (in the collection or not,
-        any supported format), the path or doc id of a document of the collection, or an
-        extracted Document. The query document itself is never among them. Lexical side: one
+        any supported format), the path or doc id of a document of the collection, an
+        extracted Document, or an InCollection (a doc id, never read as a file). The query
+        document itself is never among them. Lexical side: one
         whole-document BM25 query of its `terms` key terms; dense side: its doc-mean vector
         and, for the best documents of either, chunk-to-chunk matching (`chunk_dense`); fused
         by `rule` (default `fusion.SIMILAR_RULES[mode]`). `explain=False` skips the shared

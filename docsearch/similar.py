@@ -165,16 +165,29 @@ class QueryDocument:
     chunk_vectors: np.ndarray | None = None  # (chunks, dim), in the order of `chunks`
 
 
+@dataclass(frozen=True)
+class InCollection:
+    """A query document named by its doc id that must be one of the collection's: never read
+    as a file (what a server takes from a client, who may not name files on it)."""
+
+    doc_id: str
+
+
 def query_document(
-    store: Store, source: str | Path | Document, encoder: Encoder | None
+    store: Store, source: str | Path | Document | InCollection, encoder: Encoder | None
 ) -> QueryDocument:
     """`source` as a QueryDocument: a Document (already extracted), a file (in the collection
-    or not), or the path or doc id of a document of the collection. `encoder` (None: lexical
-    only) embeds a document the collection does not hold."""
+    or not), the path or doc id of a document of the collection, or an InCollection. `encoder`
+    (None: lexical only) embeds a document the collection does not hold."""
     from docsearch.indexer.extract import Document, extract
 
     if isinstance(source, Document):
         return _outside(store, source, encoder)
+    if isinstance(source, InCollection):
+        held = _stored(store, [source.doc_id], encoder is not None)
+        if held is None:
+            raise UsageError(f"no document {source.doc_id} in collection {store.name!r}")
+        return held
     file = Path(source).expanduser()
     names = [str(source)]
     if file.is_file():
