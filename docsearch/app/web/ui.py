@@ -229,6 +229,7 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
     message, results, head, body, prev_btn, next_btn = _results_and_preview(gr)
     # Kept on the server: what each result points at, and the previewed hit and page.
     hits, nav = gr.State([]), gr.State({})
+    asked = gr.State({"mode": "hybrid", "k": 10})  # the last search's: more like this uses them
 
     def run_search(
         query: str,
@@ -244,7 +245,8 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
             filters = Filters(glob or "", tuple(types or ()), after, before)
             found = ctx.search(query, collection, mode, int(k), filters)
             items = [Picked(h, found.collection, query) for h in found.hits]
-            return {results: results_html(found), message: "", hits: items}
+            search = {"mode": mode, "k": int(k)}
+            return {results: results_html(found), message: "", hits: items, asked: search}
 
         return attempt(action, lambda msg: {message: message_html(msg)})
 
@@ -266,9 +268,9 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
 
         return attempt(action, preview_failed)
 
-    def more_like(item: Picked, mode: str, k: float) -> dict[Any, Any]:
+    def more_like(item: Picked, search: dict[str, Any]) -> dict[Any, Any]:
         def action() -> dict[Any, Any]:
-            found = ctx.similar(item, mode, int(k))
+            found = ctx.similar(item, search["mode"], int(search["k"]))
             # A similar document's preview marks the terms it shares with the query document.
             items = [
                 Picked(h, found.collection, " ".join(getattr(h, "terms", {}))) for h in found.hits
@@ -277,13 +279,13 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
 
         return attempt(action, lambda msg: {message: message_html(f"more like this: {msg}")})
 
-    def open_hit(items: list[Picked], mode: str, k: float, evt: gr.EventData) -> dict[Any, Any]:
+    def open_hit(items: list[Picked], search: dict[str, Any], evt: gr.EventData) -> dict[Any, Any]:
         data = evt._data or {}
         rank = int(data.get("similar") or data.get("rank") or 0)
         if not 1 <= rank <= len(items):
             return preview_failed("that result is gone; search again")
         if "similar" in data:
-            return more_like(items[rank - 1], mode, k)
+            return more_like(items[rank - 1], search)
         return show(items[rank - 1], None)
 
     # The annotation above is a string (postponed evaluation); gradio needs the class itself
@@ -294,10 +296,9 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
         return show(at["item"], at["page"] + step) if at else preview_failed("open a result first")
 
     for trigger in (inputs[0].submit, go.click):
-        trigger(run_search, inputs, [results, message, hits], concurrency_limit=4)
+        trigger(run_search, inputs, [results, message, hits, asked], concurrency_limit=4)
     shown = [head, body, message, nav, prev_btn, next_btn]
-    mode, k = inputs[2], inputs[3]
-    results.click(open_hit, [hits, mode, k], [*shown, results, hits], concurrency_limit=4)
+    results.click(open_hit, [hits, asked], [*shown, results, hits], concurrency_limit=4)
     prev_btn.click(lambda at: turn(at, -1), [nav], shown)
     next_btn.click(lambda at: turn(at, 1), [nav], shown)
     return inputs[1]
