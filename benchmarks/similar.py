@@ -33,6 +33,12 @@ from docsearch.similar import MAX_TERMS, TermStats, collection_stats, lexical_qu
 HERE = Path(__file__).resolve().parent
 CAPS = (10, 20, 30, 50, 75, 100, 150, 200, 300)
 BASELINE = {"ndcg@10": 0.206, "recall@100": 0.54}  # whole-document BM25, whole case as query
+# The rows of benchmarks/similar_dense.py that are fusion.SIMILAR_RULES, mode by mode.
+SHIPPED = {
+    "lexical",
+    "vector: doc-mean + chunks",
+    "hybrid: lexical 0.5 + doc-mean 0.25 + chunks 0.25",
+}
 
 
 def query_text(terms: list[tuple[str, float]], weighted: bool) -> str:
@@ -258,7 +264,10 @@ def dense_section() -> list[str]:
         "|---|---|---|---|",
         _row("whole-document BM25, whole case as the query", dense["baseline_bm25_whole_document"]),
     ]
-    lines += [_row(name, metrics) for name, metrics in dense["rules"].items()]
+    lines += [
+        _row(f"**{name}** (the default)" if name in SHIPPED else name, metrics)
+        for name, metrics in dense["rules"].items()
+    ]
     words_at = ", ".join(f"{w:,}" for w in dense["latency_query_words"])
     lines += [
         "",

@@ -18,8 +18,9 @@ as `docsearch.indexer.filters` describes, so it can narrow a search but never wi
 Each leg returns the store's candidates; fusion works on `{key: score}` maps; a `Hit`'s
 `Snippet` holds its text, the marked spans and where the passage lies in the document.
 `similar` takes a document instead of a query (a file, or a document of the collection) and
-returns the documents most like it, each with the key terms and passage pair that explain it
-(`docsearch.similar` picks the terms and passages; `fusion.SIMILAR_RULES` fuses its legs).
+returns the documents most like it, each with the key terms and passage pairs that explain it
+(`docsearch.similar` picks the terms, matches the chunks and pairs the passages;
+`fusion.SIMILAR_RULES` fuses its legs).
 Not here: query encoding details (the encoder's), result rendering (CLI/UI).
 """
 

@@ -7,8 +7,11 @@ A whole document is too long to be a query as it stands (an 8k-word OR query is 
 dominated by common words), so the lexical side keeps its key terms: those of highest BM25
 weight in the query document against the collection's own statistics (document frequencies and
 mean length, counted once per version of the docs table and kept in a file beside the
-collection, `.<name>.termstats.cache`, so a fresh process reads them instead of counting). Each result is explained by the key terms
-both documents contain and, in each document, the passage holding most of them (with its pages).
+collection, `.<name>.termstats.cache`, so a fresh process reads them instead of counting).
+Each result is explained by the key terms both documents contain and by passage pairs (with
+their pages): with vectors, the chunk pairs of highest cosine (`ChunkMatch`, which also scores
+the `chunk_dense` leg: each query chunk's best match, averaged); without, the passage of each
+document holding most of the shared terms.
 Not here: the legs and their fusion (`retriever.py`, `fusion.SIMILAR_RULES`), reading Lance
 (`indexer/store.py`), rendering (`app/similar_cmd.py`).
 """
