@@ -10,6 +10,7 @@ both documents hold and the page of each passage.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from docsearch.fusion import Fusion
 from docsearch.indexer.store import cache_file, drop_collection
 from docsearch.retriever import Retriever
 from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats, words
-from tests.helpers import index_into, make_docx, make_pdf, running_as_root
+from tests.helpers import index_into, make_docx, make_pdf, running_as_root, scan_image
 
 PUMP = [
     "The coolant pump impeller showed cavitation pitting after the overhaul of unit four.",
@@ -92,7 +93,10 @@ def _write(path: Path, fmt: str, paragraphs: list[str]) -> Path:
         return make_pdf(path, ["\n".join([ELSEWHERE] * 4), "\n".join(paragraphs)])
     if fmt == "docx":
         return make_docx(path, [(1, "Pump notes"), *[(0, p) for p in paragraphs]])
-    if fmt == "html":
+    if fmt == "png":  # a scan: read by OCR
+        scan_image("\n".join(textwrap.fill(p, 60) for p in paragraphs)).save(path)
+        return path
+    if fmt in ("html", "htm"):
         body = "".join(f"<p>{p}</p>" for p in paragraphs)
         path.write_text(f"<html><body><h1>Pump notes</h1>{body}</body></html>")
         return path
@@ -100,7 +104,7 @@ def _write(path: Path, fmt: str, paragraphs: list[str]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("fmt", ["txt", "md", "html", "docx", "pdf"])
+@pytest.mark.parametrize("fmt", ["txt", "md", "rst", "html", "htm", "docx", "pdf", "png"])
 def test_a_file_outside_the_collection_works_in_every_format(
     collection: tuple[Path, str], tmp_path: Path, fmt: str
 ) -> None:
