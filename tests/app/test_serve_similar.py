@@ -172,6 +172,13 @@ def test_an_upload_may_exceed_the_search_body_limit(site: Site) -> None:
     }
 
 
+def test_the_schema_lists_both_routes(site: Site) -> None:
+    paths = site.as_(None).get("/openapi.json").json()["paths"]
+    assert {f"{V1}/collections/{{name}}/similar", f"{V1}/collections/{{name}}/similar/file"} <= set(
+        paths
+    )
+
+
 def test_keys_are_checked_and_scoped_as_for_search(site: Site) -> None:
     body = {"doc_id": _doc_id(site, "report.md")}
     for client in (site.as_(None), Client(site.client.host, site.client.port, "ds_wrong")):
