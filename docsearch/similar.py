@@ -265,9 +265,11 @@ def _outside(store: Store, doc: Document, encoder: Encoder | None) -> QueryDocum
 
 
 def chunk_view(row: Mapping[str, Any]) -> ChunkView:
-    """A chunk row (its id as `id`) as a ChunkView."""
-    names = [f.name for f in fields(ChunkView)]
-    return ChunkView(**{n: row["id" if n == "chunk_id" else n] for n in names})
+    """A chunk row (its id as `id`) as a ChunkView; a collection from before OCR has no `ocr`
+    column, and none of its chunks was read by OCR."""
+    names = [f.name for f in fields(ChunkView) if f.name != "ocr"]
+    values = {n: row["id" if n == "chunk_id" else n] for n in names}
+    return ChunkView(**values, ocr=bool(row.get("ocr", False)))
 
 
 def lexical_query(terms: Sequence[tuple[str, float]]) -> str:

@@ -341,6 +341,20 @@ def test_an_empty_or_unreadable_query_file_is_one_clear_error(
         assert "Traceback" not in result.output
 
 
+def test_a_collection_from_before_ocr_answers(tmp_path: Path) -> None:
+    from docsearch.indexer.store import Store
+
+    root = tmp_path / "docs"
+    _corpus(root)
+    db = str(tmp_path / "db")
+    index_into(db, root, "c", options={"max_tokens": 40})
+    Store.open(db, "c").chunks.drop_columns(["ocr"])  # as an older docsearch wrote it
+    for mode in ("lexical", "hybrid"):
+        hits = Retriever("c", db=db).similar(str(root / "report.md"), k=2, mode=mode)
+        assert _paths(hits)[0] == "report_copy.txt"
+        assert not hits[0].ocr and not hits[0].pairs[0].query.ocr
+
+
 def test_key_terms_weigh_rarity_and_repetition() -> None:
     stats = TermStats.of(["pump seal report", "pump ferry report", "pump bakery", "garden"])
     terms = dict(stats.key_terms("pump pump seal seal seal ferry unseen", limit=10))
