@@ -23,8 +23,9 @@ as `docsearch.indexer.filters` describes, so it can narrow a search but never wi
 Each leg returns the store's candidates; fusion works on `{key: score}` maps; a `Hit`'s
 `Snippet` holds its text, the marked spans and where the passage lies in the document.
 `similar` takes a document instead of a query (a file, or a document of the collection) and
-returns the documents most like it, each with the key terms and passage pair that explain it
-(`docsearch.similar` picks the terms and passages; `fusion.SIMILAR_RULES` fuses its legs).
+returns the documents most like it, each with the key terms and passage pairs that explain it
+(`docsearch.similar` picks the terms, matches the chunks and pairs the passages;
+`fusion.SIMILAR_RULES` fuses its legs).
 Not here: query encoding details (the encoder's), result rendering (CLI/UI).
 """
 
@@ -40,6 +41,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
 
 from docsearch.config import Settings
 from docsearch.defaults import MODES
@@ -66,10 +69,13 @@ from docsearch.indexer.store import (
 )
 from docsearch.similar import (
     MAX_TERMS,
+    ChunkMatch,
+    InCollection,
     QueryDocument,
     best_passage,
     chunk_view,
     collection_stats,
+    document_chunks,
     lexical_query,
     query_document,
     shared_terms,
@@ -96,6 +102,9 @@ DOC_POOL = 500
 MAX_PASSAGES = 3  # passages shown per document
 # Hybrid search encodes the query on a thread of its own while the lexical legs run.
 OVERLAP_ENCODING = True
+# Query by document: the documents each document leg ranks best whose chunks are matched with
+# the query document's, chunk by chunk (the `chunk_dense` leg of fusion.SIMILAR_RULES).
+MATCH_POOL = 100
 
 
 @dataclass(frozen=True)
@@ -143,17 +152,45 @@ class Hit(Passage):
 
 
 @dataclass(frozen=True)
+class PassagePair:
+    """A passage of the query document and one of a similar document that explain the match.
+    `by` "vectors": the two chunks of highest cosine similarity (`score`); "terms": the
+    passages holding the most of the shared key terms (`score`: their summed weights in the
+    similar document's passage)."""
+
+    query: Passage
+    match: Passage
+    score: float
+    by: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "by": self.by,
+            "score": self.score,
+            "query": self.query.as_dict(),
+            "match": self.match.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
 class SimilarHit(Hit):
     """A result of `Retriever.similar`: `terms` are the query document's key terms this
-    document also holds (best first, with their weights); its passage (`passages[0]`) and
-    `query_passage` are the passages of the two documents holding the most of them."""
+    document also holds (best first, with their weights); `pairs` the passage pairs that
+    explain it, best first (by vectors when both documents have them, else by the shared
+    terms); `passages` are this document's side of them, `query_passage` the query
+    document's side of the first."""
 
     terms: dict[str, float] = field(default_factory=dict)
     query_passage: Passage | None = None
+    pairs: tuple[PassagePair, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         query = self.query_passage.as_dict() if self.query_passage else None
-        return super().as_dict() | {"terms": list(self.terms), "query_passage": query}
+        return super().as_dict() | {
+            "terms": list(self.terms),
+            "query_passage": query,
+            "pairs": [pair.as_dict() for pair in self.pairs],
+        }
 
 
 def clean_query(query: object) -> str:
@@ -223,6 +260,40 @@ class _Ranking:
         if self.agreement is not None:
             fused["agreement"] = self.agreement
         return legs | {"fused": fused}
+
+
+def _passage_pairs(
+    query: QueryDocument,
+    views: Sequence[ChunkView],
+    vectors: np.ndarray | None,
+    shared: dict[str, float],
+) -> list[PassagePair]:
+    """What explains a similar document: its chunks and the query document's of highest cosine
+    similarity when both have vectors (up to MAX_PAIRS pairs), else the passage of each holding
+    the most of the shared key terms. Snippets mark the shared terms."""
+    marked = " ".join(shared)
+    if vectors is not None and query.chunk_vectors is not None and len(vectors):
+        return [
+            PassagePair(
+                Passage(**_view(query.chunks[mine], marked), score=cosine),
+                Passage(**_view(views[theirs], marked), score=cosine),
+                cosine,
+                "vectors",
+            )
+            for mine, theirs, cosine in ChunkMatch.of(query.chunk_vectors, vectors).pairs()
+        ]
+    if not query.chunks:
+        return []
+    chunk, score = best_passage(views, shared)
+    mine, mine_score = best_passage(query.chunks, shared)
+    return [
+        PassagePair(
+            Passage(**_view(mine, marked), score=mine_score),
+            Passage(**_view(chunk, marked), score=score),
+            score,
+            "terms",
+        )
+    ]
 
 
 class Retriever:
@@ -394,31 +465,37 @@ class Retriever:
 
     def similar(
         self,
-        source: str | Path | Document,
+        source: str | Path | Document | InCollection,
         k: int = 10,
         mode: str | None = None,
         *,
         terms: int = MAX_TERMS,
         explain: bool = True,
+        rule: Fusion | None = None,
     ) -> list[SimilarHit]:
         """The `k` documents most like `source`, best first: a file (in the collection or not,
-        any supported format), the path or doc id of a document of the collection, or an
-        extracted Document. The query document itself is never among them. Lexical side: one
-        whole-document BM25 query of its `terms` key terms; dense side: its doc-mean vector;
-        fused by `fusion.SIMILAR_RULES[mode]`. `explain=False` skips the shared terms and
-        passage pairs (each hit then shows its opening passage)."""
+        any supported format), the path or doc id of a document of the collection, an
+        extracted Document, or an InCollection (a doc id, never read as a file). The query
+        document itself is never among them. Lexical side: one whole-document BM25 query of its
+        `terms` key terms; dense side: its doc-mean vector and, for the best documents of either,
+        chunk-to-chunk matching (`chunk_dense`); fused by `rule` (default
+        `fusion.SIMILAR_RULES[mode]`). `explain=False` skips the shared terms and passage pairs
+        (each hit then shows its opening passage)."""
         return self._on_serving(
-            lambda version: version._similar(source, k, mode, terms=terms, explain=explain)
+            lambda version: version._similar(
+                source, k, mode, terms=terms, explain=explain, rule=rule
+            )
         )
 
     def _similar(
         self,
-        source: str | Path | Document,
+        source: str | Path | Document | InCollection,
         k: int,
         mode: str | None,
         *,
         terms: int,
         explain: bool,
+        rule: Fusion | None,
     ) -> list[SimilarHit]:
         k = _whole_number(k)
         mode = self._usable_mode(mode or self._own_default_mode())
@@ -439,48 +516,73 @@ class Retriever:
         if query.vector is not None:
             found["doc_dense"] = self.store.search_documents_vector(query.vector, depth, None)
         found = {leg: [d for d in docs if d.doc_id != query.doc_id] for leg, docs in found.items()}
-        ranking = _Ranking(
-            {leg: {d.doc_id: d.score for d in docs} for leg, docs in found.items()},
-            SIMILAR_RULES[mode],
-            {leg: {d.doc_id: d.raw_score for d in docs} for leg, docs in found.items()},
-        )
+        legs = {leg: {d.doc_id: d.score for d in docs} for leg, docs in found.items()}
+        shown = {leg: {d.doc_id: d.raw_score for d in docs} for leg, docs in found.items()}
+        rule = rule or SIMILAR_RULES[mode]
+        chunks: dict[str, tuple[list[ChunkView], np.ndarray | None]] = {}
+        if query.chunk_vectors is not None and rule.weights.get("chunk_dense"):
+            pool = list(
+                dict.fromkeys(d.doc_id for docs in found.values() for d in docs[:MATCH_POOL])
+            )
+            chunks = document_chunks(self.store, pool, with_vectors=True)
+            legs["chunk_dense"] = shown["chunk_dense"] = {
+                doc: ChunkMatch.of(query.chunk_vectors, vectors).score()
+                for doc, (_, vectors) in chunks.items()
+                if vectors is not None
+            }
+        ranking = _Ranking(legs, rule, shown)
         top = ranking.order[:k]
-        where = sql_in("doc_id", top) + ("" if explain else " AND ordinal = 0")
-        chunks: dict[str, list[ChunkView]] = {}
-        for row in self.store.rows(where, RESULT_COLUMNS) if top else []:
-            chunks.setdefault(row["doc_id"], []).append(chunk_view(row))
+        chunks.update(self._chunks_to_show(top, chunks, explain, query.chunk_vectors is not None))
         return [
             self._similar_hit(query, key, chunks[doc], ranking, doc, i, explain)
             for i, doc in enumerate(top, start=1)
         ]
 
+    def _chunks_to_show(
+        self,
+        top: Sequence[str],
+        known: dict[str, tuple[list[ChunkView], np.ndarray | None]],
+        explain: bool,
+        vectors: bool,
+    ) -> dict[str, tuple[list[ChunkView], np.ndarray | None]]:
+        """The chunks (and vectors) of the results not read yet: all of them to explain a
+        result, its opening chunk otherwise."""
+        missing = [doc for doc in top if doc not in known]
+        if explain:
+            return document_chunks(self.store, missing, with_vectors=vectors)
+        out: dict[str, tuple[list[ChunkView], np.ndarray | None]] = {}
+        where = f"{sql_in('doc_id', missing)} AND ordinal = 0"
+        for row in self.store.rows(where, RESULT_COLUMNS) if missing else []:
+            out[row["doc_id"]] = ([chunk_view(row)], None)
+        return out
+
     def _similar_hit(
         self,
         query: QueryDocument,
         key: list[tuple[str, float]],
-        chunks: list[ChunkView],
+        chunks: tuple[list[ChunkView], np.ndarray | None],
         ranking: _Ranking,
         doc: str,
         rank: int,
         explain: bool,
     ) -> SimilarHit:
-        """A result with its explanation: the shared key terms and the passage pair."""
-        shared = shared_terms(key, chunks) if explain else {}
-        words = " ".join(shared)
-        chunk, score = best_passage(chunks, shared)
-        passage = Passage(**_view(chunk, words), score=score)
-        query_passage = None
-        if explain and query.chunks:
-            mine, mine_score = best_passage(query.chunks, shared)
-            query_passage = Passage(**_view(mine, words), score=mine_score)
-        best = {f.name: getattr(passage, f.name) for f in fields(Passage)}
+        """A result with its explanation: the shared key terms and the passage pairs."""
+        views, vectors = chunks
+        shared = shared_terms(key, views) if explain else {}
+        pairs = _passage_pairs(query, views, vectors, shared) if explain else []
+        if pairs:
+            passages = tuple(pair.match for pair in pairs)
+        else:  # not explained: the opening passage
+            passages = (Passage(**_view(views[0], ""), score=0.0),)
+        best = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
         best["score"] = ranking.fused[doc]
         return SimilarHit(
             **best,
             scores=ranking.scores(doc, rank),
-            passages=(passage,),
+            passages=passages,
             terms=shared,
-            query_passage=query_passage,
+            query_passage=pairs[0].query if pairs else None,
+            pairs=tuple(pairs),
         )
 
     def _documents(

@@ -10,16 +10,20 @@ both documents hold and the page of each passage.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from docsearch.app.cli import app
 from docsearch.errors import UsageError
+from docsearch.fusion import Fusion
+from docsearch.indexer.store import cache_file, drop_collection
 from docsearch.retriever import Retriever
-from docsearch.similar import TermStats, words
-from tests.helpers import index_into, make_docx, make_pdf, running_as_root
+from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats, words
+from tests.helpers import index_into, make_docx, make_pdf, running_as_root, scan_image
 
 PUMP = [
     "The coolant pump impeller showed cavitation pitting after the overhaul of unit four.",
@@ -76,6 +80,8 @@ def test_the_query_document_is_left_out_and_its_near_copy_ranks_first(
     assert "report.md" not in names
     assert names[0] == "report_copy.txt"
     assert len(names) == len(set(names)) == 5  # every other document of the collection
+    if mode != "lexical":  # the default dense sides match chunk to chunk too
+        assert by_path[0].scores["chunk_dense"]["rank"] == 1
     by_id = retriever.similar(by_path[0].doc_id, k=3, mode=mode)  # the copy, named by doc id
     assert "report_copy.txt" not in _paths(by_id)
     assert _paths(by_id)[0] == "report.md"
@@ -87,7 +93,10 @@ def _write(path: Path, fmt: str, paragraphs: list[str]) -> Path:
         return make_pdf(path, ["\n".join([ELSEWHERE] * 4), "\n".join(paragraphs)])
     if fmt == "docx":
         return make_docx(path, [(1, "Pump notes"), *[(0, p) for p in paragraphs]])
-    if fmt == "html":
+    if fmt == "png":  # a scan: read by OCR
+        scan_image("\n".join(textwrap.fill(p, 60) for p in paragraphs)).save(path)
+        return path
+    if fmt in ("html", "htm"):
         body = "".join(f"<p>{p}</p>" for p in paragraphs)
         path.write_text(f"<html><body><h1>Pump notes</h1>{body}</body></html>")
         return path
@@ -95,7 +104,7 @@ def _write(path: Path, fmt: str, paragraphs: list[str]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("fmt", ["txt", "md", "html", "docx", "pdf"])
+@pytest.mark.parametrize("fmt", ["txt", "md", "rst", "html", "htm", "docx", "pdf", "png"])
 def test_a_file_outside_the_collection_works_in_every_format(
     collection: tuple[Path, str], tmp_path: Path, fmt: str
 ) -> None:
@@ -136,6 +145,65 @@ def test_word_statistics_follow_the_collection(tmp_path: Path) -> None:
     assert _paths(after) == ["flywheel.md"] and "flywheel" in after[0].terms
 
 
+def test_word_statistics_are_kept_for_a_fresh_process_until_the_collection_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "docs"
+    _corpus(root)
+    db = str(tmp_path / "db")
+    index_into(db, root, "c", encoder="none")
+    query = str(_write(tmp_path / "query.txt", "txt", ["The flywheel and the strainer wore out."]))
+    kept = cache_file(db, "c", "termstats")
+    assert kept is not None and not kept.exists()
+    counted = collection_stats(Retriever("c", db=db).store)
+    first = Retriever("c", db=db).similar(query, k=3, mode="lexical")
+    assert kept.is_file()
+
+    def no_counting(texts: object) -> TermStats:
+        raise AssertionError("the word statistics were counted again")
+
+    _stats.cache_clear()  # what a fresh process starts with
+    with monkeypatch.context() as patched:
+        patched.setattr(TermStats, "of", no_counting)
+        assert collection_stats(Retriever("c", db=db).store) == counted
+        again = Retriever("c", db=db).similar(query, k=3, mode="lexical")
+    assert [(h.path, h.terms) for h in again] == [(h.path, h.terms) for h in first]
+
+    (root / "flywheel.md").write_text("The flywheel cracked; the flywheel was replaced.\n")
+    index_into(db, root, "c", encoder="none")
+    _stats.cache_clear()
+    changed = Retriever("c", db=db).similar(query, k=1, mode="lexical")  # counted again
+    assert _paths(changed) == ["flywheel.md"] and "flywheel" in changed[0].terms
+    recounted = collection_stats(Retriever("c", db=db).store)
+    assert recounted.documents == counted.documents + 1
+
+    kept.write_bytes(b"not statistics")  # a damaged file is counted again, and replaced
+    _stats.cache_clear()
+    assert collection_stats(Retriever("c", db=db).store) == recounted
+    _stats.cache_clear()
+    with monkeypatch.context() as patched:
+        patched.setattr(TermStats, "of", no_counting)
+        assert collection_stats(Retriever("c", db=db).store) == recounted
+
+    drop_collection(db, "c")
+    assert not kept.exists()
+
+
+@pytest.mark.skipif(running_as_root(), reason="root writes where chmod forbids")
+def test_a_database_folder_it_cannot_write_to_keeps_no_statistics(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    _corpus(root)
+    db = tmp_path / "db"
+    index_into(str(db), root, "c", encoder="none")
+    db.chmod(0o555)
+    try:
+        hits = Retriever("c", db=str(db)).similar(str(root / "report.md"), k=1, mode="lexical")
+    finally:
+        db.chmod(0o755)
+    assert _paths(hits) == ["report_copy.txt"]
+    assert not list(db.glob(".c.*.cache*"))
+
+
 def test_explanations_name_shared_terms_and_the_page_of_each_passage(
     collection: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -159,6 +227,57 @@ def test_explanations_name_shared_terms_and_the_page_of_each_passage(
     assert not set(unrelated.terms) & {"impeller", "cavitation", "pump"}
 
 
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_with_vectors_the_passage_pairs_are_the_best_matching_chunks(
+    collection: tuple[Path, str], tmp_path: Path, mode: str
+) -> None:
+    _, db = collection
+    query = _write(tmp_path / "query.pdf", "pdf", PUMP[:2])
+    hits = Retriever("c", db=db).similar(str(query), k=6, mode=mode)
+    manual = next(h for h in hits if h.path.endswith("manual.pdf"))
+    best = manual.pairs[0]
+    assert best.by == "vectors"
+    assert (best.query.pages, best.match.pages) == ("2", "3")  # the pump page of each
+    assert best.query.path == str(query.absolute())
+    assert {"coolant", "cavitation"} <= set(words(best.match.text))
+    assert "**cavitation**" in best.match.snippet.marked()  # shared terms marked
+    assert (manual.query_passage, manual.passages) == (
+        best.query,
+        tuple(p.match for p in manual.pairs),
+    )
+    scores = [pair.score for pair in manual.pairs]
+    assert scores == sorted(scores, reverse=True) and 0.0 < scores[0] <= 1.0 + 1e-5
+    for side in ("query", "match"):  # no chunk in two pairs
+        ids = [getattr(pair, side).chunk_id for pair in manual.pairs]
+        assert len(ids) == len(set(ids))
+    shown = manual.as_dict()["pairs"][0]
+    assert (shown["by"], shown["query"]["pages"], shown["match"]["pages"]) == ("vectors", "2", "3")
+    assert shown["score"] == pytest.approx(best.score)
+
+
+def test_chunk_matching_scores_coverage_and_pairs_each_chunk_once() -> None:
+    # 3 query chunks x 2 document chunks; cosines as if from unit vectors
+    match = ChunkMatch(np.array([[0.9, 0.2], [0.8, 0.7], [0.1, 0.3]], dtype=np.float32))
+    assert match.score() == pytest.approx((0.9 + 0.8 + 0.3) / 3, abs=1e-6)
+    # 0.9 takes query chunk 0 and document chunk 0; 0.8 and 0.2 reuse one of them
+    assert [(q, d) for q, d, _ in match.pairs()] == [(0, 0), (1, 1)]
+    assert match.pairs(limit=1)[0][2] == pytest.approx(0.9, abs=1e-6)
+    weak = ChunkMatch(np.array([[0.9, 0.0], [0.0, 0.5]], dtype=np.float32))
+    assert len(weak.pairs()) == 1  # 0.5 is under PAIR_SHARE of 0.9
+    unit = np.eye(3, dtype=np.float32)
+    assert ChunkMatch.of(unit, unit[:2]).score() == pytest.approx(2 / 3, abs=1e-6)
+
+
+def test_the_chunk_leg_ranks_by_chunk_matches(collection: tuple[Path, str]) -> None:
+    root, db = collection
+    rule = Fusion("maxnorm", {"chunk_dense": 1.0})
+    hits = Retriever("c", db=db).similar(str(root / "report.md"), k=3, mode="vector", rule=rule)
+    assert _paths(hits)[0] == "report_copy.txt"
+    leg = [h.scores["chunk_dense"]["score"] for h in hits]
+    assert [h.scores["fused"]["score"] for h in hits] == leg  # the one weighted leg
+    assert leg == sorted(leg, reverse=True) and leg[0] > 0.9  # chunk for chunk near copies
+
+
 def test_cli_text_and_json_show_terms_and_pages(
     collection: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -170,12 +289,17 @@ def test_cli_text_and_json_show_terms_and_pages(
     assert text.output.startswith("1. ")
     assert "report_copy.txt" in text.output.splitlines()[1]
     assert "shared terms: " in text.output and "this document p. 1:" in text.output
+    assert "pair 1 (shared terms):" in text.output
     raw = runner.invoke(app, [*args, "--json"])
     assert raw.exit_code == 0, raw.output
     hits = json.loads(raw.output)
     assert Path(hits[0]["path"]).name == "report_copy.txt"
     assert hits[0]["terms"][0] == "strainer"  # 3 times in each, in no other document
     assert hits[0]["pages"] == "1" and hits[0]["query_passage"]["pages"] == "1"
+    assert [p["by"] for p in hits[0]["pairs"]] == ["terms"]
+    dense = runner.invoke(app, [*args[:-2], "--mode", "vector", "-k", "1"])
+    assert dense.exit_code == 0, dense.output
+    assert "pair 1 (cosine " in dense.output and "this document p. 1:" in dense.output
     assert all(not h["path"].endswith("report.md") for h in hits)
 
 
@@ -215,6 +339,20 @@ def test_an_empty_or_unreadable_query_file_is_one_clear_error(
         errors = [line for line in result.output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and reason in errors[0], (path, result.output)
         assert "Traceback" not in result.output
+
+
+def test_a_collection_from_before_ocr_answers(tmp_path: Path) -> None:
+    from docsearch.indexer.store import Store
+
+    root = tmp_path / "docs"
+    _corpus(root)
+    db = str(tmp_path / "db")
+    index_into(db, root, "c", options={"max_tokens": 40})
+    Store.open(db, "c").chunks.drop_columns(["ocr"])  # as an older docsearch wrote it
+    for mode in ("lexical", "hybrid"):
+        hits = Retriever("c", db=db).similar(str(root / "report.md"), k=2, mode=mode)
+        assert _paths(hits)[0] == "report_copy.txt"
+        assert not hits[0].ocr and not hits[0].pairs[0].query.ocr
 
 
 def test_key_terms_weigh_rarity_and_repetition() -> None:

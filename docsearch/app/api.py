@@ -3,8 +3,10 @@
 Routes live under `/api/v1`; the schema is `/openapi.json`, its page `/docs`. Everything but
 health needs `Authorization: Bearer KEY` once keys are in force (any key exists, or the server
 binds beyond loopback); a key reads only its collections, and starts index jobs only if made
-with `--index`. Search answers with `Retriever.search` and `Hit.as_dict()`; documents are read
-through the UI's `DocumentGuard`; index jobs run the indexing service in a thread, one per
+with `--index`. Search answers with `Retriever.search` and `Hit.as_dict()`; similar (more like this) with
+`Retriever.similar`, for a document of the collection by doc id or an uploaded file (extracted
+in the extraction child, up to MAX_UPLOAD_BYTES); documents are read through the UI's
+`DocumentGuard`; index jobs run the indexing service in a thread, one per
 collection. Every error is JSON `{"error": "..."}` with a 4xx status (a 500 only for a bug,
 without its traceback); request bodies, k and the query are bounded.
 `build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path.
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,6 +38,7 @@ from docsearch.errors import (
     CollectionNotFoundError,
     DocsearchError,
     EncoderUnavailableError,
+    ExtractionError,
     UsageError,
 )
 from docsearch.retriever import MAX_K, MAX_QUERY_CHARS, Retriever
@@ -44,11 +47,17 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from docsearch.app.web.files import DocumentGuard
+    from docsearch.indexer.extract import Document
+    from docsearch.similar import InCollection
 
 log = logging.getLogger(__name__)
 
 API = "/api/v1"
 MAX_BODY_BYTES = 256 * 1024  # a longest query, escaped in JSON (\uXXXX: 6 bytes a character), fits
+# A query document uploaded to .../similar/file: long judgments and contracts as PDFs are a few
+# MB; the multipart envelope around it is allowed on top.
+MAX_UPLOAD_BYTES = 16 * 1024 * 1024
+UPLOAD_ENVELOPE_BYTES = 64 * 1024
 KEPT_JOBS = 100  # finished jobs remembered for their results
 _DOC_ID = re.compile(r"^[0-9a-f]{16}$")
 PASSAGE_COLUMNS = ["id", "ordinal", "page_start", "page_end", "char_start", "char_end"]
@@ -263,6 +272,14 @@ class SearchRequest(BaseModel):
     granularity: str = Field("document", description="document or passage")
 
 
+class SimilarRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    doc_id: str = Field(description="a document of the collection, as search hits name it")
+    k: int = Field(10, ge=1, le=MAX_K)
+    mode: str | None = Field(None, description="hybrid, vector or lexical (default: hybrid)")
+
+
 class IndexRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -281,6 +298,46 @@ def _document_rows(state: ServerState, name: str, doc_id: str) -> list[dict[str,
     if not rows:
         raise ApiError(404, f"no document {doc_id} in collection {name!r}")
     return sorted(rows, key=lambda r: r["ordinal"])
+
+
+def _uploaded(state: ServerState, upload: UploadFile) -> Document:
+    """An uploaded query document, extracted as indexing extracts a file (in the extraction
+    child, under the settings' time and memory limits); a 400 saying why it cannot be read."""
+    from docsearch.indexer.extract_process import extract_guarded
+    from docsearch.indexer.service import limits_of
+
+    name = Path(upload.filename or "").name  # only its name: it is never a path on this server
+    if not name or name in (".", ".."):
+        raise ApiError(400, "the uploaded file needs a name, with its type's extension (.pdf...)")
+    data = upload.file.read(MAX_UPLOAD_BYTES + 1)
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise ApiError(413, f"uploaded file over {MAX_UPLOAD_BYTES:,} bytes")
+    if not data.strip():
+        raise ApiError(400, f"the uploaded file {name} is empty")
+    try:
+        return extract_guarded(Path(name), data, name, limits_of(state.settings))
+    except ExtractionError as exc:
+        raise ApiError(400, f"cannot read the uploaded file {name}: {exc}") from None
+
+
+def _similar_answer(
+    state: ServerState,
+    name: str,
+    source: Document | InCollection,
+    query: dict[str, Any],
+    k: int,
+    mode: str | None,
+) -> dict[str, Any]:
+    retriever = state.retriever(name)
+    started = time.perf_counter()
+    hits = retriever.similar(source, k=k, mode=mode)
+    return {
+        "collection": name,
+        "mode": mode or retriever.default_mode(),
+        "query": query,
+        "seconds": time.perf_counter() - started,
+        "hits": [hit.as_dict() for hit in hits],
+    }
 
 
 def add_routes(app: FastAPI) -> None:
@@ -316,6 +373,31 @@ def add_routes(app: FastAPI) -> None:
             "seconds": time.perf_counter() - started,
             "hits": [hit.as_dict() for hit in hits],
         }
+
+    @app.post(f"{API}/collections/{{name}}/similar")
+    def similar(name: str, body: SimilarRequest, request: Request, who: Who) -> dict[str, Any]:
+        from docsearch.similar import InCollection
+
+        who.require(name)
+        state = state_of(request)
+        path = _document_rows(state, name, body.doc_id)[0]["path"]  # 404 unless it is held
+        query = {"doc_id": body.doc_id, "path": path}
+        return _similar_answer(state, name, InCollection(body.doc_id), query, body.k, body.mode)
+
+    @app.post(f"{API}/collections/{{name}}/similar/file")
+    def similar_file(
+        name: str,
+        request: Request,
+        who: Who,
+        file: Annotated[UploadFile, File(description="the query document, any supported format")],
+        k: Annotated[int, Form(ge=1, le=MAX_K)] = 10,
+        mode: Annotated[str | None, Form()] = None,
+    ) -> dict[str, Any]:
+        who.require(name)
+        state = state_of(request)
+        doc = _uploaded(state, file)
+        query = {"doc_id": None, "path": doc.path}
+        return _similar_answer(state, name, doc, query, k, mode)
 
     @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}")
     def document(name: str, doc_id: str, request: Request, who: Who) -> dict[str, Any]:
@@ -420,6 +502,17 @@ class _TooLarge(Exception):
     pass
 
 
+_UPLOAD_PATH = re.compile(rf"^{re.escape(API)}/collections/[^/]+/similar/file$")
+
+
+def body_limit(path: str) -> int:
+    """The most bytes a request body to `path` may have: an uploaded query document's route
+    takes one file, every other route a small JSON body."""
+    if _UPLOAD_PATH.match(path):
+        return MAX_UPLOAD_BYTES + UPLOAD_ENVELOPE_BYTES
+    return MAX_BODY_BYTES
+
+
 class Front:
     """In front of everything: bodies over MAX_BODY_BYTES are refused (413, whether declared or
     streamed); API paths go to the API, the rest (and the lifespan) to the UI, if mounted."""
@@ -436,9 +529,10 @@ class Front:
             await (self.ui or self.api)(scope, receive, send)
             return
         target = self.api if self.is_api(scope["path"]) or self.ui is None else self.ui
+        limit = body_limit(scope["path"])
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:
-            await _error(413, f"request body over {MAX_BODY_BYTES:,} bytes")(scope, receive, send)
+        if not declared.isdigit() or int(declared) > limit:
+            await _error(413, f"request body over {limit:,} bytes")(scope, receive, send)
             return
         seen, started = 0, False
 
@@ -446,7 +540,7 @@ class Front:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > MAX_BODY_BYTES:
+            if seen > limit:
                 raise _TooLarge
             return message
 
@@ -459,9 +553,7 @@ class Front:
             await target(scope, counted, watched)
         except _TooLarge:
             if not started:
-                await _error(413, f"request body over {MAX_BODY_BYTES:,} bytes")(
-                    scope, receive, send
-                )
+                await _error(413, f"request body over {limit:,} bytes")(scope, receive, send)
 
 
 def build_app(state: ServerState, ui: ASGIApp | None = None) -> Front:

@@ -35,8 +35,9 @@ def similar(
 ) -> None:
     """Find the documents most like SOURCE (the document itself is left out).
 
-    Each result names the key terms both documents share and the passage of each that holds the
-    most of them. `--mode lexical` loads no model.
+    Each result names the key terms both documents share and the passage pairs that match best,
+    with their pages: by chunk vectors when the collection has them, else the passage of each
+    holding the most shared terms. `--mode lexical` loads no model.
     """
     from docsearch.config import Settings
     from docsearch.retriever import Retriever
@@ -47,7 +48,7 @@ def similar(
 
 
 def _format_similar(rank: int, hit: Any) -> str:
-    """Title, path and score, the shared key terms, then the passage pair with their pages."""
+    """Title, path and score, the shared key terms, then each passage pair with their pages."""
     legs = leg_scores(hit)
     lines = [
         f"{rank}. {hit.title or short_path(hit.path)}",
@@ -55,9 +56,13 @@ def _format_similar(rank: int, hit: Any) -> str:
     ]
     if hit.terms:
         lines.append(f"   shared terms: {', '.join(hit.terms)}")
-    if hit.query_passage is not None:
-        lines.append(
-            f"   this document p. {hit.query_passage.pages}: {hit.query_passage.snippet.marked()}"
-        )
-    lines.append(f"   match p. {hit.pages}: {hit.snippet.marked()}")
+    for number, pair in enumerate(hit.pairs, start=1):
+        how = f"cosine {pair.score:.3f}" if pair.by == "vectors" else "shared terms"
+        lines += [
+            f"   pair {number} ({how}):",
+            f"     this document p. {pair.query.pages}: {pair.query.snippet.marked()}",
+            f"     match p. {pair.match.pages}: {pair.match.snippet.marked()}",
+        ]
+    if not hit.pairs:
+        lines.append(f"   match p. {hit.pages}: {hit.snippet.marked()}")
     return "\n".join(lines)

@@ -1132,6 +1132,13 @@ class Store:
             "last_write": self.last_write(),
         }
 
+    def documents_version(self) -> str:
+        """The docs table's latest version as a key for caches derived from it: its number and
+        when it was written (a collection dropped and built again restarts the numbers, not the
+        clock). Read from the manifest already open: no data is read."""
+        version = self._read("docs").get_version()
+        return f"{version['version']}@{version['timestamp'].isoformat()}"
+
     def last_write(self) -> float:
         versions = self._read("chunks").versions()
         stamp = versions[-1]["timestamp"] if versions else None
@@ -1320,7 +1327,7 @@ def drop_unused_versions(db_uri: str, name: str, db: Any = None) -> None:
 def drop_collection(db_uri: str, name: str) -> None:
     """Drop a collection's tables, complete or not, every version of it; the serving version's
     chunks table first, so an interrupted drop leaves an incomplete collection (reported, and
-    repaired or dropped later), and the version pointer last."""
+    repaired or dropped later), then the version pointer; its caches (`cache_file`) go last."""
     versions = _stored_versions(db_uri, name)
     pointer = table_state(db_uri, f"{name}__{VERSIONS_TABLE}") != ABSENT
     if not versions and not pointer:
@@ -1329,6 +1336,17 @@ def drop_collection(db_uri: str, name: str) -> None:
     for version in sorted(versions, key=lambda v: v != active):  # the serving one first
         _drop_tables(db, db_uri, table_prefix(name, version), ALL_TABLES)
     _drop_tables(db, db_uri, name, [VERSIONS_TABLE])
+    folder = local_db_path(db_uri)
+    for cache in folder.glob(f".{name}.*.cache") if folder is not None else []:
+        cache.unlink(missing_ok=True)
+
+
+def cache_file(db_uri: str, name: str, kind: str) -> Path | None:
+    """Where a cache derived from a local collection's tables is kept: `.<name>.<kind>.cache`
+    in the database folder, dropped with the collection (names hold no dots, so the pattern
+    never reaches another collection's files). None for an object store: no cache is kept."""
+    folder = local_db_path(db_uri)
+    return folder / f".{name}.{kind}.cache" if folder is not None else None
 
 
 def _drop_tables(db: Any, db_uri: str, prefix: str, kinds: Sequence[str]) -> None:

@@ -1,9 +1,11 @@
 """What the search UI does, without gradio: search with filters, previews, indexing, HTML.
 
 `UIContext` holds the database, the allowed indexing root and one `Retriever` per collection;
-its methods are the UI's actions (search, preview a hit at its page, index a folder) and raise
+its methods are the UI's actions (search, more like a result, preview a hit at its page, index
+a folder) and raise
 `DocsearchError`s that the gradio layer (`ui.py`) shows as messages. The HTML helpers render
-results (snippets with the query terms in <mark>, score breakdown) with everything escaped.
+results (snippets with the query terms in <mark>, score breakdown; a similar document's shared
+terms and passage pairs) with everything escaped.
 A preview places the hit by the offsets stored with its chunk and snippet; the document is
 extracted again only to show its text (or, for a chunk over several PDF pages, to learn the page).
 Not here: layout and events (`ui.py`), reading files from disk (`files.py`).
@@ -37,7 +39,7 @@ from docsearch.config import Settings
 from docsearch.errors import DocsearchError, UsageError
 from docsearch.indexer.pipeline import NullProgress
 from docsearch.indexer.store import FileRecord
-from docsearch.retriever import Hit, Retriever
+from docsearch.retriever import Hit, Retriever, SimilarHit
 
 if TYPE_CHECKING:
     from docsearch.indexer.extract import Document
@@ -76,6 +78,7 @@ class Searched:
     mode: str  # the mode that answered (lexical when the collection has no vectors)
     collection: str
     source: str  # the collection's source folder, for short paths
+    like: str | None = None  # more like this: the title of the document the hits are like
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ def friendly_glob(pattern: str) -> str | None:
 def answered_mode(asked: str, has_vectors: bool, hits: Sequence[Hit]) -> str:
     """The mode that really answered: hybrid falls back to lexical without vectors or encoder."""
     if asked != "lexical" and (
-        not has_vectors or (hits and not any("dense" in h.scores for h in hits))
+        not has_vectors or (hits and not any("dense" in leg for h in hits for leg in h.scores))
     ):
         return "lexical (no vectors)" if not has_vectors else "lexical (encoder unavailable)"
     return asked
@@ -153,11 +156,42 @@ def hit_html(rank: int, hit: Hit, collection: str, source: str) -> str:
         f'<button class="ds-open" data-rank="{rank}">{esc(hit.title or Path(hit.path).name)}'
         f'</button> <span class="ds-pages">p. {esc(hit.pages)}</span>{OCR_BADGE * hit.ocr}</div>'
         f'<div class="ds-path">{esc(display_path(hit.path, source))} · '
-        f'<a href="{link}" target="_blank" rel="noopener">open original</a></div>{heading}'
-        f'<div class="ds-snippet">{marked_html(hit.snippet.text, hit.snippet.marks)}</div>'
-        f"{more_passages(hit)}"
+        f'<a href="{link}" target="_blank" rel="noopener">open original</a> · '
+        f'<button class="ds-similar" data-rank="{rank}" title="documents like this one">'
+        f"more like this</button></div>{heading}"
+        f"{why_similar(hit) if isinstance(hit, SimilarHit) else snippet_and_passages(hit)}"
         f'<div class="ds-score">{esc(score_line(hit))}</div></li>'
     )
+
+
+def snippet_and_passages(hit: Hit) -> str:
+    return f'<div class="ds-snippet">{marked_html(hit.snippet.text, hit.snippet.marks)}</div>' + (
+        more_passages(hit)
+    )
+
+
+def why_similar(hit: SimilarHit) -> str:
+    """A similar document's explanation: the key terms both documents hold, then each passage
+    pair (the query document's passage and this one's, with their pages), shared terms marked."""
+    esc = html.escape
+    terms = (
+        f'<div class="ds-terms">shared terms: {esc(", ".join(hit.terms))}</div>'
+        if hit.terms
+        else ""
+    )
+    pairs = []
+    for pair in hit.pairs:
+        how = f"cosine {pair.score:.3f}" if pair.by == "vectors" else "shared terms"
+        query, match = pair.query.snippet, pair.match.snippet
+        pairs.append(
+            f'<div class="ds-pair" data-by="{esc(pair.by)}" data-query-pages="'
+            f'{esc(pair.query.pages)}" data-match-pages="{esc(pair.match.pages)}">'
+            f'<div class="ds-at">this document p. {esc(pair.query.pages)} ↔ p. '
+            f"{esc(pair.match.pages)} ({how})</div>"
+            f'<div class="ds-snippet ds-query-side">{marked_html(query.text, query.marks)}</div>'
+            f'<div class="ds-snippet">{marked_html(match.text, match.marks)}</div></div>'
+        )
+    return terms + "".join(pairs)
 
 
 def more_passages(hit: Hit) -> str:
@@ -180,9 +214,10 @@ def results_html(found: Searched) -> str:
     items = "".join(
         hit_html(i, h, found.collection, found.source) for i, h in enumerate(found.hits, start=1)
     )
+    like = f" like {html.escape(found.like)}" if found.like is not None else ""
     summary = (
-        f'<p class="ds-summary">{len(found.hits)} results in {1000 * found.seconds:.0f} ms · '
-        f"{html.escape(found.mode)}</p>"
+        f'<p class="ds-summary">{len(found.hits)} results{like} in '
+        f"{1000 * found.seconds:.0f} ms · {html.escape(found.mode)}</p>"
     )
     return f"{head}{summary}<ol class='ds-hits'>{items}</ol></div>"
 
@@ -300,6 +335,22 @@ class UIContext:
         used = answered_mode(mode or retriever.default_mode(), store.has_vectors, hits)
         seconds = time.perf_counter() - started
         return Searched(hits, seconds, self._next_id(), used, store.name, store.meta.source)
+
+    def similar(self, picked: Picked, mode: str, k: int) -> Searched:
+        """The documents most like a result's document (more like this), in `mode`; each
+        kept with its shared terms as the query its preview marks."""
+        from docsearch.similar import InCollection
+
+        retriever = self.retriever(picked.collection)
+        started = time.perf_counter()
+        k = max(1, min(int(k), MAX_K))
+        hits = retriever.similar(InCollection(picked.hit.doc_id), k=k, mode=mode or None)
+        store = retriever.store
+        used = answered_mode(mode or retriever.default_mode(), store.has_vectors, hits)
+        like = picked.hit.title or Path(picked.hit.path).name
+        seconds = time.perf_counter() - started
+        source = store.meta.source
+        return Searched(list(hits), seconds, self._next_id(), used, store.name, source, like)
 
     def _next_id(self) -> int:
         with self._lock:

@@ -2,7 +2,8 @@
 
 `build_ui()` returns a `gr.Blocks` with two tabs. Search: query, mode, collection, k and filters
 (path glob, file type, modified date); ranked results; clicking one previews its document at the
-page, the passage and terms marked. Index: a folder under the allowed root, progress, the per-file
+page, the passage and terms marked; its "more like this" lists the documents like it instead,
+each with its shared terms and passage pairs. Index: a folder under the allowed root, progress, the per-file
 report. `serve()` mounts the UI next to the guarded file route (`files.py`), lets through only the
 routes the page uses (none of gradio's file or upload routes), and binds localhost by default.
 A handler shows a `DocsearchError` as a message in the page; anything else is logged on the
@@ -72,12 +73,23 @@ CSS = """
 .ds-pagemark { display: block; color: var(--body-text-color-subdued); border-top: 1px dashed #aaa;
                margin: .8em 0 .3em; font-family: var(--font); }
 .ds-cut { color: var(--body-text-color-subdued); font-style: italic; }
+.ds-similar { font-size: .85em; color: var(--link-text-color); background: none; border: none;
+              padding: 0; cursor: pointer; }
+.ds-terms, .ds-pair .ds-at { color: var(--body-text-color-subdued); font-size: .9em; }
+.ds-pair { margin: .3em 0; }
+.ds-query-side { border-left: 3px solid var(--border-color-primary); padding-left: .5em; }
 """
 
-# Clicking a result asks the server to preview it (by rank: the server holds the hits).
+# Clicking a result asks the server to preview it, its "more like this" button for the documents
+# like it (by rank: the server holds the hits).
 RESULTS_JS = """
 element.addEventListener('click', (event) => {
   if (event.target.closest('a')) return;
+  const more = event.target.closest('.ds-similar');
+  if (more) {
+    trigger('click', {similar: Number(more.dataset.rank)});
+    return;
+  }
   const hit = event.target.closest('.ds-hit');
   if (!hit) return;
   element.querySelectorAll('.ds-hit').forEach((h) => h.classList.toggle('ds-active', h === hit));
@@ -217,6 +229,7 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
     message, results, head, body, prev_btn, next_btn = _results_and_preview(gr)
     # Kept on the server: what each result points at, and the previewed hit and page.
     hits, nav = gr.State([]), gr.State({})
+    asked = gr.State({"mode": "hybrid", "k": 10})  # the last search's: more like this uses them
 
     def run_search(
         query: str,
@@ -232,7 +245,8 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
             filters = Filters(glob or "", tuple(types or ()), after, before)
             found = ctx.search(query, collection, mode, int(k), filters)
             items = [Picked(h, found.collection, query) for h in found.hits]
-            return {results: results_html(found), message: "", hits: items}
+            search = {"mode": mode, "k": int(k)}
+            return {results: results_html(found), message: "", hits: items, asked: search}
 
         return attempt(action, lambda msg: {message: message_html(msg)})
 
@@ -254,10 +268,24 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
 
         return attempt(action, preview_failed)
 
-    def open_hit(items: list[Picked], evt: gr.EventData) -> dict[Any, Any]:
-        rank = int((evt._data or {}).get("rank", 0))
+    def more_like(item: Picked, search: dict[str, Any]) -> dict[Any, Any]:
+        def action() -> dict[Any, Any]:
+            found = ctx.similar(item, search["mode"], int(search["k"]))
+            # A similar document's preview marks the terms it shares with the query document.
+            items = [
+                Picked(h, found.collection, " ".join(getattr(h, "terms", {}))) for h in found.hits
+            ]
+            return {results: results_html(found), message: "", hits: items}
+
+        return attempt(action, lambda msg: {message: message_html(f"more like this: {msg}")})
+
+    def open_hit(items: list[Picked], search: dict[str, Any], evt: gr.EventData) -> dict[Any, Any]:
+        data = evt._data or {}
+        rank = int(data.get("similar") or data.get("rank") or 0)
         if not 1 <= rank <= len(items):
             return preview_failed("that result is gone; search again")
+        if "similar" in data:
+            return more_like(items[rank - 1], search)
         return show(items[rank - 1], None)
 
     # The annotation above is a string (postponed evaluation); gradio needs the class itself
@@ -268,9 +296,9 @@ def _search_tab(gr: Any, ctx: UIContext) -> Any:
         return show(at["item"], at["page"] + step) if at else preview_failed("open a result first")
 
     for trigger in (inputs[0].submit, go.click):
-        trigger(run_search, inputs, [results, message, hits], concurrency_limit=4)
+        trigger(run_search, inputs, [results, message, hits, asked], concurrency_limit=4)
     shown = [head, body, message, nav, prev_btn, next_btn]
-    results.click(open_hit, [hits], shown, concurrency_limit=4)
+    results.click(open_hit, [hits, asked], [*shown, results, hits], concurrency_limit=4)
     prev_btn.click(lambda at: turn(at, -1), [nav], shown)
     next_btn.click(lambda at: turn(at, 1), [nav], shown)
     return inputs[1]
