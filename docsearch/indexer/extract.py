@@ -362,15 +362,22 @@ def _decoded(blocks: Iterator[bytes], utf16: bool, warnings: list[str] | None) -
 
 
 def _without_bom(blocks: Iterator[bytes], utf16: bool) -> Iterator[bytes | None]:
-    """The blocks, then b"" (the end); a UTF-8 byte order mark is given as None, then dropped."""
-    first = True
+    """The blocks, then b"" (the end); a UTF-8 byte order mark is given as None, then dropped
+    (it may come split across the first blocks)."""
+    head: bytes | None = None if utf16 else b""  # the start, until a mark can be told
     for block in blocks:
-        if first and not utf16 and block.startswith(codecs.BOM_UTF8):
-            yield None
-            block = block[len(codecs.BOM_UTF8) :]
-        first = False
+        if head is not None:
+            head += block
+            if len(head) < len(codecs.BOM_UTF8) and codecs.BOM_UTF8.startswith(head):
+                continue  # too few bytes yet to tell
+            if head.startswith(codecs.BOM_UTF8):
+                yield None
+                head = head[len(codecs.BOM_UTF8) :]
+            block, head = head, None
         if block:
             yield block
+    if head:
+        yield head
     yield b""
 
 
@@ -681,6 +688,33 @@ def extract_docx(path: Path, data: bytes, limits: Limits) -> Document:
     return _document(path, (document.core_properties.title or "").strip(), [text], [])
 
 
+def _streamed_docx(data: bytes, limits: Limits) -> bool:
+    """Whether a DOCX is too large for python-docx (see `docx_stream`); checked for size."""
+    from docsearch.indexer.docx_stream import STREAM_BODY_BYTES, body_size
+
+    if not data:
+        return False
+    _check_unpacked_size(data, limits)
+    return body_size(data) > STREAM_BODY_BYTES
+
+
+def stream_docx(path: Path, data: bytes, sink: PageSink) -> Document:
+    """A large DOCX read a paragraph at a time into `sink` (the text `extract_docx` gives)."""
+    import io
+    import zipfile
+
+    from docsearch.indexer import docx_stream
+
+    sink.new_page()
+    for i, block in enumerate(docx_stream.blocks(data, _docx_heading_level, _marked)):
+        sink.write("\n\n" + block if i else block)
+    if not sink.chars:
+        raise ExtractionError("DOCX without text")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        title = docx_stream.core_title(archive)
+    return sink.document(path, title, [])
+
+
 # ---------------------------------------------------------------------------------------------
 
 EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
@@ -771,6 +805,8 @@ def _extract_into(
         if data is None:
             data = read_limited(path, limits)
         check_size(path, len(data), limits)
+        if extractor is extract_docx and _streamed_docx(data, limits):
+            return stream_docx(path, data, sink)
         doc = extractor(path, data, limits)
         sink.chars = sum(len(page.text) for page in doc.pages)
         return doc

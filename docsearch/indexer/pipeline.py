@@ -30,6 +30,7 @@ Not here: locking and preparing the collection (`service.py`), progress renderin
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import queue
 import threading
@@ -448,8 +449,8 @@ class Indexer:
         before it first, so that its commit is its own."""
         self.flush()
         streamed = StreamedFile(self.job, self.checkpoint)
-        group = first
-        for row in rest:
+        group: list[dict[str, Any]] = []
+        for row in itertools.chain(first, rest):
             if len(group) >= self.job.group_chunks:
                 streamed.write(group)
                 group = []
