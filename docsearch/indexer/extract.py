@@ -242,11 +242,12 @@ class PageSink:
 class Limits:
     """What one file may cost; the defaults are the settings' (`docsearch.config`).
 
-    `max_file_mb`: bytes read from disk, and bytes a DOCX unpacks to (python-docx holds every
-    part in memory). `max_text_mb`: millions of characters of extracted text (for plain-text and
-    HTML files, the file's size), because a file's chunks and vectors are held in memory until
-    it is written: measured, about 18 bytes per character lexical-only and 130 with MiniLM on
-    top of the model (16 MB of text: 0.5 GB and about 3 GB). `seconds`: wall-clock time to
+    `max_file_mb`: bytes read from disk, and bytes a DOCX unpacks to. `max_text_mb`: millions
+    of characters of extracted text (for plain-text and HTML files, the file's size). Neither
+    bounds the indexer's memory any more (a file's text, chunks and vectors stream through it,
+    see `pipeline`; benchmarks/results/memory.md): they bound the time one file may take, and
+    what the formats read whole hold in the extraction process (a PDF's bytes, HTML's parse
+    tree at about 50 bytes per byte, a DOCX up to 32 MB of XML). `seconds`: wall-clock time to
     extract one file, enforced by `extract_process` (0: no time limit, in this process); each
     page OCR'd starts that time again. `memory_mb`: the address space of that process (with the
     programs it starts, such as `tesseract`), 0 for no cap. `ocr`: how pages without text are read.
