@@ -122,7 +122,11 @@ def make_docx(path: Path, size: int) -> None:
     template.unlink()
 
 
+_XML_INVALID = dict.fromkeys(c for c in range(32) if c not in (9, 10, 13))
+
+
 def _paragraph(text: str, style: str, escape: Any) -> bytes:
+    text = text.translate(_XML_INVALID)  # control characters are not allowed in XML
     props = f'<w:pPr><w:pStyle w:val="{style}"/></w:pPr>' if style else ""
     return f'<w:p>{props}<w:r><w:t xml:space="preserve">{escape(text)}</w:t></w:r></w:p>'.encode()
 

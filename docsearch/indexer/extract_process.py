@@ -333,9 +333,34 @@ def spool_folder() -> str:
             import shutil
             import tempfile
 
-            _spool = (os.getpid(), tempfile.mkdtemp(prefix="docsearch-spool-"))
+            _sweep_spool_folders()
+            _spool = (os.getpid(), tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-"))
             atexit.register(shutil.rmtree, _spool[1], ignore_errors=True)
         return _spool[1]
+
+
+SPOOL_PREFIX = "docsearch-spool-"
+
+
+def _sweep_spool_folders() -> None:
+    """Remove the spool folders of processes that are gone (killed: no exit handler ran)."""
+    import shutil
+    import tempfile
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{SPOOL_PREFIX}*-*"):
+        pid = folder.name[len(SPOOL_PREFIX) :].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 if __name__ == "__main__":

@@ -254,3 +254,33 @@ def test_a_big_file_killed_while_streamed_is_untouched_then_finished(
     assert store.count_chunks() == 0 and fragments(db) == 0 and store.file_records() == {}
     assert run_cli(*args, "--db", db, env=env).returncode == 0
     assert snapshot(db) == snapshot(clean)
+
+
+def test_spool_folders_of_killed_runs_are_swept_by_the_next_one(tmp_path: Path) -> None:
+    """A run killed with SIGKILL leaves its spool folder (no exit handler runs); the next run
+    that spools removes it, and leaves those of live processes alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from docsearch.indexer import extract_process
+
+    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    root = Path(tempfile.gettempdir())
+    left = root / f"{extract_process.SPOOL_PREFIX}{dead.pid}-abc"
+    live = root / f"{extract_process.SPOOL_PREFIX}{os.getppid()}-abc"
+    for folder in (left, live):
+        folder.mkdir()
+        (folder / "x.pages").write_bytes(b"spooled text")
+    try:
+        extract_process._sweep_spool_folders()
+        assert not left.exists() and live.exists()
+    finally:
+        for folder in (left, live):
+            if folder.exists():
+                (folder / "x.pages").unlink()
+                folder.rmdir()
