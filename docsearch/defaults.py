@@ -12,7 +12,7 @@ DEFAULT_ENCODER = "sentence-transformers"  # for a new collection when none is n
 DEFAULT_TOKEN_BUDGET = 16384  # padded tokens per encoder batch (rows x longest row)
 GROUP_CHUNKS = 512  # chunks per commit group: big enough to batch well, small enough to resume
 # Per-file limits (a file over one is refused with a reason naming the setting to raise):
-# 16 M characters of text index in about 0.5 GB lexical-only and about 3 GB with MiniLM.
+# They bound the time one file takes, not memory: files stream (benchmarks/results/memory.md).
 DEFAULT_MAX_FILE_MB = 256.0  # bytes read from disk, and a DOCX's unpacked parts
 DEFAULT_MAX_TEXT_MB = 16.0  # millions of characters of extracted text
 DEFAULT_EXTRACT_SECONDS = 300.0  # time to extract one file (0: in this process, no limit)

@@ -5,6 +5,15 @@ Otherwise it is split recursively: at headings (Markdown `#`, "ARTICLE VII", "7.
 short ALL-CAPS lines), then paragraphs, lines, sentences, and only as a last resort at token
 boundaries; neighbouring pieces are packed back together up to the budget. Token counts come
 from the encoder's own tokenizer. Each chunk keeps its character span, pages and heading path.
+
+A document arrives page by page (`chunk_pages`; a long page in several pieces) and is chunked in
+sections of at most SECTION_CHARS characters, so a huge file never has its whole text, or all
+its chunks, in memory. A document that fits one section (every file the default 16 million
+character text limit admitted before streaming, up to 4 million) is chunked exactly as a whole;
+a longer one is cut at its coarsest boundary (a heading, else a paragraph break, a line end, a
+sentence end, a space) in the second half of each section, so only the chunks at those seams
+can differ from chunking the whole text, and no window overlaps across a seam. Heading paths
+carry across seams.
 Not here: tables kept whole, late chunking, semantic (embedding-based) splits.
 """
 
@@ -12,12 +21,15 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 
-from docsearch.indexer.extract import Document
+from docsearch.indexer.extract import PAGE_SEPARATOR, Document, Page
 
 CHUNKER_VERSION = 1
+# Characters chunked at a time. Counting tokens holds about 25 bytes per character of the
+# counted text (the tokenizer's id lists), so this bounds the chunker's memory near 100 MB.
+SECTION_CHARS = 4_000_000
 
 CountTokens = Callable[[Sequence[str]], list[int]]
 TokenSpans = Callable[[str], list[tuple[int, int]]]
@@ -156,13 +168,36 @@ class Chunker:
         self.token_spans = token_spans
 
     def chunk(self, doc: Document) -> list[Chunk]:
-        text = doc.text
+        return list(self.chunk_pages(doc.iter_pages()))
+
+    def chunk_pages(self, pages: Iterable[Page], section_chars: int = 0) -> Iterator[Chunk]:
+        """The chunks of a document whose pages (or pieces of pages, see `Document`) come one
+        at a time, in order, a section of at most `section_chars` (default SECTION_CHARS)
+        characters at a time."""
+        limit = section_chars or SECTION_CHARS
+        buffer, headings, ordinal = _SectionBuffer(), HeadingIndex(""), 0
+        for page in pages:
+            buffer.add(page)
+            while buffer.chars >= limit:
+                section = buffer.take(limit)
+                chunks, headings = self._chunk_section(section, headings, ordinal)
+                ordinal += len(chunks)
+                yield from chunks
+        yield from self._chunk_section(buffer.take(None), headings, ordinal)[0]
+
+    def _chunk_section(
+        self, section: Section, headings: HeadingIndex, first_ordinal: int
+    ) -> tuple[list[Chunk], HeadingIndex]:
+        """A section's chunks, numbered from `first_ordinal`, and the headings in force at its
+        end (`headings`: those in force at its start)."""
+        text = section.text
+        headings = HeadingIndex(text, headings.stack)
         whole = _strip(text, Span(0, len(text)))
         if whole is None:
-            return []
+            return [], headings
         pieces = self._fit(text, [whole], level=0)
         windows = self._pack(text, pieces)
-        return self._finish(doc, text, windows)
+        return self._finish(section, headings, windows, first_ordinal), headings
 
     # Levels 0..5 cut at headings of depth <= level+1, then paragraphs, lines, sentences, tokens.
     def _split(self, text: str, span: Span, level: int) -> list[Span]:
@@ -256,18 +291,22 @@ class Chunker:
         return spans, counts
 
     def _finish(
-        self, doc: Document, text: str, windows: list[list[tuple[Span, int]]]
+        self,
+        section: Section,
+        headings: HeadingIndex,
+        windows: list[list[tuple[Span, int]]],
+        first_ordinal: int,
     ) -> list[Chunk]:
+        text, base = section.text, section.offset
         spans, counts = self._within_budget(text, windows)
-        headings = HeadingIndex(text)
         return [
             Chunk(
-                ordinal=i,
+                ordinal=first_ordinal + i,
                 text=text[span.start : span.end],
-                char_start=span.start,
-                char_end=span.end,
-                page_start=doc.page_at(span.start),
-                page_end=doc.page_at(span.end - 1),
+                char_start=base + span.start,
+                char_end=base + span.end,
+                page_start=section.page_at(span.start),
+                page_end=section.page_at(span.end - 1),
                 heading_path=headings.path_at(span.start),
                 n_tokens=n,
                 truncated=n > self.settings.max_tokens,
@@ -277,18 +316,100 @@ class Chunker:
 
 
 class HeadingIndex:
-    """The heading path in force at any character offset of a text."""
+    """The heading path in force at any character offset of a text; `stack`: the headings in
+    force where the text starts (a section's, from the one before), as (depth, title)."""
 
-    def __init__(self, text: str) -> None:
-        self._marks: list[tuple[int, str]] = []  # (offset, "A > B > C")
-        stack: list[tuple[int, str]] = []
+    def __init__(self, text: str, stack: Sequence[tuple[int, str]] = ()) -> None:
+        stack = list(stack)
+        self._marks: list[tuple[int, str]] = [(0, _path(stack))] if stack else []
         for start, level, line in _headings(text, Span(0, len(text))):
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, heading_title(line)))
-            self._marks.append((start, " > ".join(t for _, t in stack)))
+            self._marks.append((start, _path(stack)))
         self._starts = [start for start, _ in self._marks]
+        self.stack: tuple[tuple[int, str], ...] = tuple(stack)  # in force at the text's end
 
     def path_at(self, offset: int) -> str:
         i = bisect_right(self._starts, offset) - 1
         return self._marks[i][1] if i >= 0 else ""
+
+
+def _path(stack: Sequence[tuple[int, str]]) -> str:
+    return " > ".join(title for _, title in stack)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections: a document's text, a bounded stretch at a time
+
+
+@dataclass
+class Section:
+    """A stretch of a document's text: `text` starts at `offset` in the document's text;
+    `pages` are (offset in `text`, page number) of the page in force at its start and of each
+    page that starts inside it."""
+
+    text: str
+    offset: int
+    pages: list[tuple[int, int]] = field(default_factory=list)
+
+    def page_at(self, char: int) -> int:
+        """The page number holding character `char` of `text`."""
+        i = bisect_right(self.pages, (char, float("inf"))) - 1
+        return self.pages[max(0, i)][1]
+
+
+class _SectionBuffer:
+    """Pages laid end to end as `Document.text` lays them, until a section is taken."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._offset = 0  # where the buffered text starts in the document's text
+        self.chars = 0  # characters buffered
+        self._pages: list[tuple[int, int]] = []  # (offset in the document, number)
+
+    def add(self, page: Page) -> None:
+        end = self._offset + self.chars
+        if self._pages and page.number != self._pages[-1][1]:  # a new page, after a separator
+            self._append(PAGE_SEPARATOR)
+            end += len(PAGE_SEPARATOR)
+        if not self._pages or page.number != self._pages[-1][1]:
+            self._pages.append((end, page.number))
+        assert page.char_offset == end, "pages come in order, each piece where the last ended"
+        self._append(page.text)
+
+    def _append(self, text: str) -> None:
+        self._parts.append(text)
+        self.chars += len(text)
+
+    def take(self, limit: int | None) -> Section:
+        """The next section: everything buffered (`limit` None), or at most `limit`
+        characters cut at a boundary (see the module docstring); the rest stays."""
+        if not self._pages:  # a document without pages
+            return Section("", self._offset, [(0, 1)])
+        text = "".join(self._parts)
+        cut = len(text) if limit is None else section_cut(text, limit)
+        base, end = self._offset, self._offset + cut
+        # The first page is the one in force at `base` (it may have started before).
+        pages = [(max(0, start - base), number) for start, number in self._pages if start < end]
+        in_force = [page for page in self._pages if page[0] <= end][-1]
+        self._pages = [in_force, *(page for page in self._pages if page[0] > end)]
+        self._parts, self._offset, self.chars = [text[cut:]], end, len(text) - cut
+        return Section(text[:cut], base, pages)
+
+
+def section_cut(text: str, limit: int) -> int:
+    """Where a section of `text` ends: at the coarsest boundary in the second half of its
+    first `limit` characters (a heading of the lowest depth there, the last one; else a
+    paragraph break, a line end, a sentence end, a space), else at `limit`."""
+    low, high = limit // 2, min(limit, len(text))
+    starts: dict[int, int] = {}
+    for start, depth, _ in _headings(text, Span(low, high)):
+        if start > low:
+            starts[depth] = start  # the last one of each depth
+    if starts:
+        return starts[min(starts)]
+    for pattern in (_BREAKS[0], "\n", _SENTENCE_END, "\\s"):
+        if ends := _ends(pattern, text, Span(low, high)):
+            return ends[-1]
+    return high

@@ -5,21 +5,30 @@ its pages: OCR'd), `.txt`, `.md`, `.html`/`.htm`, `.docx`. Headings found in
 Markdown, HTML and DOCX are written as Markdown `#` lines so the chunker sees one structure.
 Anything that cannot be read (encrypted, corrupt, empty, binary, not UTF-8, no text layer,
 unreadable, over a size limit, or any exception from a parser) raises `ExtractionError` whose
-message is the reason recorded in the `files` table. `Limits` bounds what one file may bring into
-memory: its bytes, a DOCX's unpacked parts, its extracted text.
+message is the reason recorded in the `files` table. `Limits` bounds what one file may cost.
+
+Text files are read in blocks and decoded as they are read (`decode_stream`), never whole. With
+`spool=True` (the indexer) a document whose text passes SPOOL_CHARS is handed over in a spool
+file on disk instead of in memory (`PageSink`): `Document.iter_pages` reads it back a piece at a
+time, so neither the extraction process nor the indexer holds a huge file's text.
 Not here: the time budget and the capture of third-party warnings (`extract_process`, which runs
 this module in a child process), the OCR engines and their cache (`ocr`), layout or tables.
 """
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import os
+import pickle
 import re
+import tempfile
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from docsearch.defaults import (
     DEFAULT_EXTRACT_MEMORY_MB,
@@ -35,6 +44,9 @@ if TYPE_CHECKING:
 
 PAGE_SEPARATOR = "\n\n"
 MB = 1_000_000
+BLOCK_BYTES = 4 * 2**20  # a text file is read this much at a time
+# A document with more text than this is spooled to disk when the caller asks for it (`spool`).
+SPOOL_CHARS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -46,7 +58,12 @@ class Page:
 
 @dataclass
 class Document:
-    """A file's text; `pages` partition `text` (pages joined by PAGE_SEPARATOR)."""
+    """A file's text; `pages` partition `text` (pages joined by PAGE_SEPARATOR).
+
+    A spooled document (`spool` is set) keeps its pages in that file instead of `pages`: pieces
+    of pages in order (a long page in several pieces with its number, each at its own offset),
+    read back by `iter_pages`; `loaded()` is the same document in memory, `discard()` removes
+    the file (whoever consumes the document does, once done with it)."""
 
     path: str
     title: str
@@ -54,10 +71,42 @@ class Document:
     warnings: list[str] = field(default_factory=list)  # e.g. scanned pages skipped
     ocr_pages: list[int] = field(default_factory=list)  # pages whose text OCR read
     ocr_read: int = 0  # of those, pages the engine read (the others came from its cache)
+    spool: str = ""
 
     @property
     def text(self) -> str:
-        return PAGE_SEPARATOR.join(p.text for p in self.pages)
+        return PAGE_SEPARATOR.join(p.text for p in self.loaded().pages)
+
+    def iter_pages(self) -> Iterator[Page]:
+        """The pages in order, or the pieces of pages a spooled document holds."""
+        if not self.spool:
+            yield from self.pages
+            return
+        with open(self.spool, "rb") as spool:
+            while True:
+                try:
+                    yield pickle.load(spool)  # noqa: S301 - written by our own PageSink
+                except EOFError:
+                    return
+
+    def loaded(self) -> Document:
+        """This document with its pages in memory (itself unless spooled)."""
+        if not self.spool:
+            return self
+        pages: list[Page] = []
+        for piece in self.iter_pages():
+            if pages and pages[-1].number == piece.number:
+                pages[-1] = Page(piece.number, pages[-1].text + piece.text, pages[-1].char_offset)
+            else:
+                pages.append(piece)
+        return replace(self, pages=pages, spool="")
+
+    def discard(self) -> None:
+        """Remove the spool file, if any (the document keeps nothing after)."""
+        if self.spool:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.spool)
+            self.spool = ""
 
     def page_at(self, char: int) -> int:
         """Page number holding character offset `char` of `text`."""
@@ -82,15 +131,123 @@ def _document(path: Path, title: str, page_texts: list[str], warnings: list[str]
     return doc
 
 
+class PageSink:
+    """Takes a document's text a piece at a time and lays it out as `build_document` does:
+    in memory, or, once past `spool_chars` characters, as pieces in a spool file (see
+    `Document`). Also finds the first non-blank line (the title of a document without one of
+    its own) as the text goes by."""
+
+    def __init__(self, spool_chars: int | None = None, folder: str | None = None) -> None:
+        self.spool_chars = spool_chars  # None: always in memory
+        self.folder = folder  # where spool files go (None: the temporary folder)
+        self.pages: list[Page] = []
+        self.chars = 0  # characters of page text so far (separators aside)
+        self.spool = ""
+        self.first_line = ""
+        self._file: IO[bytes] | None = None
+        self._number = 0  # the page being written (0: none yet)
+        self._start = 0  # where it starts in the document's text
+        self._parts: list[str] = []  # its text held in memory
+        self._spooled = 0  # characters of it already in the spool
+        self._line = ""  # the line being read, until one is not blank
+
+    def new_page(self) -> None:
+        if self._number:
+            self._end_page()
+            self._look(PAGE_SEPARATOR)
+        self._number += 1
+
+    def write(self, text: str) -> None:
+        if not self._number:
+            self._number = 1
+        self._look(text)
+        self.chars += len(text)
+        if self._file is not None:
+            self._dump(text)
+            return
+        self._parts.append(text)
+        if self.spool_chars is not None and self.chars > self.spool_chars:
+            self._start_spool()
+
+    def _dump(self, text: str) -> None:
+        assert self._file is not None
+        piece = Page(self._number, text, self._start + self._spooled)
+        pickle.dump(piece, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._spooled += len(text)
+
+    def _end_page(self) -> None:
+        length = self._spooled + sum(len(p) for p in self._parts)
+        if self._file is None:
+            self.pages.append(Page(self._number, "".join(self._parts), self._start))
+        elif not length:  # an empty page still has its number
+            self._dump("")
+        self._start += length + len(PAGE_SEPARATOR)
+        self._parts, self._spooled = [], 0
+
+    def _start_spool(self) -> None:
+        handle, self.spool = tempfile.mkstemp(".pages", "docsearch-", self.folder)
+        self._file = os.fdopen(handle, "wb")
+        for page in self.pages:
+            pickle.dump(page, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.pages, parts, self._parts = [], self._parts, []
+        self._dump("".join(parts))
+
+    def _look(self, text: str) -> None:
+        """Follow the text until its first non-blank line is found (lines as splitlines()
+        cuts them, '#' marks and spaces stripped, as `_title_from_text` reads them)."""
+        if self.first_line:
+            return
+        self._line, lines = "", (self._line + text).splitlines(keepends=True)
+        for line in lines:
+            if line.splitlines() == [line]:  # no line break yet: wait for the rest
+                self._line = line[:10_000]
+                return
+            if title := line.strip().lstrip("#").strip():
+                self.first_line = title[:200]
+                return
+
+    def document(self, path: Path, title: str, warnings: list[str]) -> Document:
+        """The document written (a spooled one: its file closed, ready to read)."""
+        if self._number:
+            self._end_page()
+        self._look("\n")  # the last line, if it had no line break
+        if self._file is not None:
+            self._file.close()
+        doc = Document(str(path), title or self.first_line or path.stem, self.pages)
+        doc.spool = self.spool
+        doc.warnings.extend(warnings)
+        return doc
+
+    def discard(self) -> None:
+        """Give up (the extraction failed): the spool file goes."""
+        if self._file is not None:
+            self._file.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.spool)
+
+    def take(self, doc: Document) -> Document:
+        """`doc`, spooled if it was extracted whole (not into this sink) and is long enough."""
+        whole = sum(len(p.text) for p in doc.pages)
+        if doc.spool or self.spool_chars is None or whole <= self.spool_chars:
+            return doc
+        other = PageSink(self.spool_chars, self.folder)
+        for page in doc.pages:
+            other.new_page()
+            other.write(page.text)
+        spooled = other.document(Path(doc.path), doc.title, [])
+        return replace(doc, pages=spooled.pages, spool=spooled.spool)
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one file may cost; the defaults are the settings' (`docsearch.config`).
 
-    `max_file_mb`: bytes read from disk, and bytes a DOCX unpacks to (python-docx holds every
-    part in memory). `max_text_mb`: millions of characters of extracted text (for plain-text and
-    HTML files, the file's size), because a file's chunks and vectors are held in memory until
-    it is written: measured, about 18 bytes per character lexical-only and 130 with MiniLM on
-    top of the model (16 MB of text: 0.5 GB and about 3 GB). `seconds`: wall-clock time to
+    `max_file_mb`: bytes read from disk, and bytes a DOCX unpacks to. `max_text_mb`: millions
+    of characters of extracted text (for plain-text and HTML files, the file's size). Neither
+    bounds the indexer's memory any more (a file's text, chunks and vectors stream through it,
+    see `pipeline`; benchmarks/results/memory.md): they bound the time one file may take, and
+    what the formats read whole hold in the extraction process (a PDF's bytes, HTML's parse
+    tree at about 50 bytes per byte, a DOCX up to 32 MB of XML). `seconds`: wall-clock time to
     extract one file, enforced by `extract_process` (0: no time limit, in this process); each
     page OCR'd starts that time again. `memory_mb`: the address space of that process (with the
     programs it starts, such as `tesseract`), 0 for no cap. `ocr`: how pages without text are read.
@@ -139,43 +296,95 @@ def text_too_big(size: int, limits: Limits, what: str, unit: str = "characters")
 
 def decode_text(data: bytes, warnings: list[str] | None = None) -> str:
     """UTF-8 (with or without BOM) or BOM-marked UTF-16; anything else is refused, not guessed.
+    See `decode_stream`, which this is for bytes in memory."""
+    return "".join(decode_stream(lambda: iter([data]), warnings))
+
+
+def decode_stream(
+    blocks: Callable[[], Iterator[bytes]], warnings: list[str] | None = None
+) -> Iterator[str]:
+    """The text of the bytes `blocks()` gives (called twice: the bytes are judged first, then
+    decoded), a block at a time, with newlines made `\\n`.
 
     The whole file is judged, not its start: more than 5% control bytes (NUL included) is
     binary content and refused; fewer NULs are stray bytes in a text file, removed with a
     warning (added to `warnings`) so that the rest of the file is still found.
     """
-    if not data.strip():
+    empty, controls, total, head = True, 0, 0, b""
+    for block in blocks():  # C speed: the judging pass costs a read
+        head = head or block[:3]
+        empty = empty and not block.strip()
+        controls += len(block.translate(None, _NOT_CONTROL))
+        total += len(block)
+    if empty:
         raise ExtractionError("empty file")
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return _drop_nuls(data.decode("utf-16"), warnings)
-    if len(data.translate(None, _NOT_CONTROL)) > 0.05 * len(data):  # C speed, whole file
+    utf16 = head.startswith((b"\xff\xfe", b"\xfe\xff"))
+    if not utf16 and controls > 0.05 * total:
         raise ExtractionError("binary content (NUL or control bytes) in a text file")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ExtractionError(
-            f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "convert the file to UTF-8"
-        ) from exc
-    text = _drop_nuls(text, warnings)
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return _decoded(blocks(), utf16, warnings)
+
+
+def _decoded(blocks: Iterator[bytes], utf16: bool, warnings: list[str] | None) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder("utf-16" if utf16 else "utf-8")()
+    fed, nuls, visible, cr = 0, 0, False, ""
+    for block in _without_bom(blocks, utf16):
+        if block is None:  # a UTF-8 byte order mark, skipped
+            fed += len(codecs.BOM_UTF8)
+            continue
+        final = not block
+        pending = len(decoder.getstate()[0])
+        try:
+            text = decoder.decode(block, final=final)
+        except UnicodeDecodeError as exc:
+            if utf16:
+                raise
+            at = fed - pending + exc.start
+            raise ExtractionError(
+                f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {at}); "
+                "convert the file to UTF-8"
+            ) from exc
+        fed += len(block)
+        if "\x00" in text:
+            nuls += text.count("\x00")
+            text = text.replace("\x00", "")
+        visible = visible or (bool(text) and not text.isspace())
+        if utf16:  # as UTF-16 files always were: their line ends as they are
+            yield text
+            continue
+        text, cr = cr + text, ""
+        if text.endswith("\r") and not final:  # its \n may start the next block
+            text, cr = text[:-1], "\r"
+        yield text.replace("\r\n", "\n").replace("\r", "\n")
+    if nuls:
+        if warnings is not None:
+            warnings.append(f"removed {nuls} NUL byte{'s' * (nuls != 1)} from the text")
+        if not visible:
+            raise ExtractionError("binary content (only NUL bytes) in a text file")
+
+
+def _without_bom(blocks: Iterator[bytes], utf16: bool) -> Iterator[bytes | None]:
+    """The blocks, then b"" (the end); a UTF-8 byte order mark is given as None, then dropped
+    (it may come split across the first blocks)."""
+    head: bytes | None = None if utf16 else b""  # the start, until a mark can be told
+    for block in blocks:
+        if head is not None:
+            head += block
+            if len(head) < len(codecs.BOM_UTF8) and codecs.BOM_UTF8.startswith(head):
+                continue  # too few bytes yet to tell
+            if head.startswith(codecs.BOM_UTF8):
+                yield None
+                head = head[len(codecs.BOM_UTF8) :]
+            block, head = head, None
+        if block:
+            yield block
+    if head:
+        yield head
+    yield b""
 
 
 # Control bytes are those below 0x20 other than tab, newline, form feed and carriage return. In
 # UTF-8 they never occur inside a multi-byte character, so counting bytes counts characters.
 _NOT_CONTROL = bytes(b for b in range(256) if b >= 32 or b in b"\t\n\f\r")
-
-
-def _drop_nuls(text: str, warnings: list[str] | None) -> str:
-    nuls = text.count("\x00")
-    if not nuls:
-        return text
-    if warnings is not None:
-        warnings.append(f"removed {nuls} NUL byte{'s' * (nuls != 1)} from the text")
-    text = text.replace("\x00", "")
-    if not text.strip():
-        raise ExtractionError("binary content (only NUL bytes) in a text file")
-    return text
 
 
 def _title_from_text(text: str, fallback: str) -> str:
@@ -187,10 +396,37 @@ def _title_from_text(text: str, fallback: str) -> str:
 
 
 def extract_text(path: Path, data: bytes, limits: Limits) -> Document:
+    return stream_text(path, data, limits, PageSink())
+
+
+def stream_text(path: Path, source: bytes | None, limits: Limits, sink: PageSink) -> Document:
+    """A text file (`source`: its bytes, or None to read it from `path` a block at a time) as
+    a Document, written into `sink` as it is decoded."""
     warnings: list[str] = []
-    text = decode_text(data, warnings)
-    # Form feeds are page breaks in text exports of paginated documents.
-    return _document(path, "", text.split("\f"), warnings)
+    sink.new_page()
+    for text in decode_stream(lambda: _blocks(path, source, limits), warnings):
+        # Form feeds are page breaks in text exports of paginated documents.
+        first, *others = text.split("\f")
+        sink.write(first)
+        for page in others:
+            sink.new_page()
+            sink.write(page)
+    return sink.document(path, "", warnings)
+
+
+def _blocks(path: Path, source: bytes | None, limits: Limits) -> Iterator[bytes]:
+    """`source` a block at a time, or the file at `path` (refused over a size limit, also if
+    it grows past one while it is read)."""
+    if source is not None:
+        for start in range(0, len(source), BLOCK_BYTES):
+            yield source[start : start + BLOCK_BYTES]
+        return
+    with open_limited(path, limits) as handle:
+        read = 0
+        while block := handle.read(BLOCK_BYTES):
+            read += len(block)
+            check_size(path, read, limits)
+            yield block
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,6 +689,33 @@ def extract_docx(path: Path, data: bytes, limits: Limits) -> Document:
     return _document(path, (document.core_properties.title or "").strip(), [text], [])
 
 
+def _streamed_docx(data: bytes, limits: Limits) -> bool:
+    """Whether a DOCX is too large for python-docx (see `docx_stream`); checked for size."""
+    from docsearch.indexer.docx_stream import STREAM_BODY_BYTES, body_size
+
+    if not data:
+        return False
+    _check_unpacked_size(data, limits)
+    return body_size(data) > STREAM_BODY_BYTES
+
+
+def stream_docx(path: Path, data: bytes, sink: PageSink) -> Document:
+    """A large DOCX read a paragraph at a time into `sink` (the text `extract_docx` gives)."""
+    import io
+    import zipfile
+
+    from docsearch.indexer import docx_stream
+
+    sink.new_page()
+    for i, block in enumerate(docx_stream.blocks(data, _docx_heading_level, _marked)):
+        sink.write("\n\n" + block if i else block)
+    if not sink.chars:
+        raise ExtractionError("DOCX without text")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        title = docx_stream.core_title(archive)
+    return sink.document(path, title, [])
+
+
 # ---------------------------------------------------------------------------------------------
 
 EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
@@ -499,38 +762,74 @@ def extract(
     *,
     display_path: str | None = None,
     limits: Limits | None = None,
+    spool: str | None = None,
 ) -> Document:
     """Read `path` (or the bytes already read from it) into a Document; ExtractionError if unusable.
 
-    Any exception a parser raises on this file becomes an ExtractionError naming it, so one bad
-    file cannot stop a run. MemoryError is left alone: in this process it says the machine is
-    short of memory, not that the file is bad (`extract_process` turns it into the file's
-    failure, where the child's memory is the file's alone).
+    `spool`: a folder; a document with more than SPOOL_CHARS characters of text comes spooled
+    there (see `Document`; a text file is then never held whole, nor its text). Any exception a parser
+    raises on this file becomes an ExtractionError naming it, so one bad file cannot stop a
+    run. MemoryError is left alone: in this process it says the machine is short of memory,
+    not that the file is bad (`extract_process` turns it into the file's failure, where the
+    child's memory is the file's alone).
     """
     limits = limits or Limits()
     extractor = EXTRACTORS.get(path.suffix.lower())
     if extractor is None:
         raise ExtractionError(f"unsupported file type {path.suffix or '(none)'!r}")
-    if data is None:
-        data = read_limited(path, limits)
-    check_size(path, len(data), limits)
+    sink = PageSink(SPOOL_CHARS if spool else None, spool)
     try:
-        doc = extractor(path, data, limits)
-    except (ExtractionError, MemoryError):
+        doc = _extract_into(sink, extractor, path, data, limits)
+        if sink.chars > limits.max_text_chars:
+            raise text_too_big(sink.chars, limits, "its text")
+    except BaseException:
+        sink.discard()
         raise
-    except Exception as exc:  # noqa: BLE001 - see the docstring
-        raise ExtractionError(
-            f"cannot read this {FORMAT_NAMES[extractor]} file ({describe(exc)})"
-        ) from exc
-    chars = sum(len(page.text) for page in doc.pages)
-    if chars > limits.max_text_chars:
-        raise text_too_big(chars, limits, "its text")
+    doc = sink.take(doc)
     doc.path = display_path or doc.path
     return doc
 
 
+def _extract_into(
+    sink: PageSink,
+    extractor: Callable[[Path, bytes, Limits], Document],
+    path: Path,
+    data: bytes | None,
+    limits: Limits,
+) -> Document:
+    """Run `extractor` with the sink: text streams into it, other formats are taken whole."""
+    try:
+        if extractor is extract_text:
+            if data is not None:
+                check_size(path, len(data), limits)
+            return stream_text(path, data, limits, sink)
+        if data is None:
+            data = read_limited(path, limits)
+        check_size(path, len(data), limits)
+        if extractor is extract_docx and _streamed_docx(data, limits):
+            return stream_docx(path, data, sink)
+        doc = extractor(path, data, limits)
+        sink.chars = sum(len(page.text) for page in doc.pages)
+        return doc
+    except (ExtractionError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - see `extract`
+        raise ExtractionError(
+            f"cannot read this {FORMAT_NAMES[extractor]} file ({describe(exc)})"
+        ) from exc
+
+
 def read_limited(path: Path, limits: Limits) -> bytes:
-    """The bytes of a regular file; one over a size limit is refused without being read.
+    """The bytes of a regular file; one over a size limit is refused without being read."""
+    with open_limited(path, limits) as handle:
+        data = handle.read()
+    check_size(path, len(data), limits)  # it may have grown since it was measured
+    return data
+
+
+@contextlib.contextmanager
+def open_limited(path: Path, limits: Limits) -> Iterator[IO[bytes]]:
+    """A regular file opened for reading; one over a size limit is refused unopened.
 
     Checked just before opening, so that a FIFO or device put in the file's place since the
     folder was walked is refused instead of waited on.
@@ -542,8 +841,11 @@ def read_limited(path: Path, limits: Limits) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise ExtractionError("not a regular file (a FIFO, device, socket or folder)")
         check_size(path, st.st_size, limits)
-        data = path.read_bytes()
+        handle = path.open("rb")
     except OSError as exc:
         raise ExtractionError(f"unreadable: {exc.strerror or exc}") from exc
-    check_size(path, len(data), limits)  # it may have grown since it was measured
-    return data
+    with handle:
+        try:
+            yield handle
+        except OSError as exc:
+            raise ExtractionError(f"unreadable: {exc.strerror or exc}") from exc

@@ -85,12 +85,14 @@ def summarise(messages: list[str]) -> list[str]:
     return [*distinct[:MAX_MESSAGES], f"and {len(distinct) - MAX_MESSAGES} more warnings"]
 
 
-def extract_capturing(path: Path, data: bytes, display_path: str, limits: Limits) -> Document:
+def extract_capturing(
+    path: Path, data: bytes | None, display_path: str, limits: Limits, spool: str | None = None
+) -> Document:
     """`extract`, with the messages emitted meanwhile added to the document's warnings (or to
     the error's, for a file that fails)."""
     try:
         with captured_messages() as messages:
-            doc = extract(path, data, display_path=display_path, limits=limits)
+            doc = extract(path, data, display_path=display_path, limits=limits, spool=spool)
     except ExtractionError as exc:
         exc.warnings.extend(messages)
         raise
@@ -134,10 +136,12 @@ def _memory_capped(limits: Limits) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def _child_reply(path: str, display_path: str, limits: Limits, data: bytes) -> tuple[Any, ...]:
+def _child_reply(
+    path: str, display_path: str, limits: Limits, data: bytes | None, spool: str | None
+) -> tuple[Any, ...]:
     try:
         with _memory_capped(limits):
-            return ("ok", extract_capturing(Path(path), data, display_path, limits))
+            return ("ok", extract_capturing(Path(path), data, display_path, limits, spool))
     except ExtractionError as exc:
         return ("failed", str(exc), exc.warnings)
     except MemoryError:  # this process holds one file: its memory ran out, not the parent's
@@ -185,11 +189,20 @@ class ExtractionProcess:
         self._beats = -1  # the read end of the child's heartbeat pipe
         self._lock = threading.Lock()
 
-    def extract(self, path: Path, data: bytes, display_path: str, limits: Limits) -> Document:
+    def extract(
+        self,
+        path: Path,
+        data: bytes | None,
+        display_path: str,
+        limits: Limits,
+        spool: str | None = None,
+    ) -> Document:
+        """See `extract_guarded`."""
+        request = (str(path), display_path, limits, data, spool)
         with self._lock:
             child = self._running()
             try:
-                reply = self._ask(child, (str(path), display_path, limits, data), limits.seconds)
+                reply = self._ask(child, request, limits.seconds)
             except BaseException:  # no reply, or Ctrl-C mid-exchange: its next one would be stale
                 self._forget(child)
                 raise
@@ -290,16 +303,64 @@ def _shared_process() -> ExtractionProcess:
         return _shared[1]
 
 
-def extract_guarded(path: Path, data: bytes, display_path: str, limits: Limits) -> Document:
-    """Extract one file within `limits` (time included); ExtractionError on any failure."""
+def extract_guarded(
+    path: Path, data: bytes | None, display_path: str, limits: Limits, spool: bool = False
+) -> Document:
+    """Extract one file within `limits` (time included); ExtractionError on any failure.
+
+    `data`: the file's bytes, or None for the extraction to read the file itself (a text file
+    then a block at a time). `spool`: a long document comes spooled (see `extract.Document`),
+    in a folder of this process's that goes when it exits (with what a killed child left)."""
     global _no_child
+    folder = spool_folder() if spool else None
     if limits.seconds > 0 and not _no_child:
         try:
-            return _shared_process().extract(path, data, display_path, limits)
+            return _shared_process().extract(path, data, display_path, limits, folder)
         except OSError as exc:  # no interpreter to start (a frozen application, say)
             log.warning("extracting in this process, without a time limit: %s", exc)
             _no_child = True
-    return extract_capturing(path, data, display_path, limits)
+    return extract_capturing(path, data, display_path, limits, folder)
+
+
+_spool: tuple[int, str] | None = None  # (pid that made it, the folder)
+
+
+def spool_folder() -> str:
+    """This process's folder for spooled documents, made on first use."""
+    global _spool
+    with _shared_lock:
+        if _spool is None or _spool[0] != os.getpid():
+            import shutil
+            import tempfile
+
+            _sweep_spool_folders()
+            _spool = (os.getpid(), tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-"))
+            atexit.register(shutil.rmtree, _spool[1], ignore_errors=True)
+        return _spool[1]
+
+
+SPOOL_PREFIX = "docsearch-spool-"
+
+
+def _sweep_spool_folders() -> None:
+    """Remove the spool folders of processes that are gone (killed: no exit handler ran)."""
+    import shutil
+    import tempfile
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{SPOOL_PREFIX}*-*"):
+        pid = folder.name[len(SPOOL_PREFIX) :].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 if __name__ == "__main__":

@@ -15,6 +15,14 @@ at the job's `group_chunks` chunks or COMMIT_SECONDS after the last commit; whil
 vectors are checkpointed every CHECKPOINT_SECONDS, so a run killed inside one large file resumes
 from the vectors already made. Deleted files are removed last (after their vectors had the chance
 to be reused by a rename).
+
+Memory stays bounded on huge files: the local engine extracts with `spool` (a long document
+reaches it on disk, not in memory, see `extract.Document`), chunks a section at a time
+(`Chunker.chunk_pages`), and a file with more than `group_chunks` chunks is streamed
+(`StreamedFile`): each group of its chunks is embedded and written as uncommitted fragments, its
+document row is built as the groups go by, and the file is committed alone once its last chunk
+is written. Extraction runs ahead of the encoder: the next files are read and extracted in a
+thread (the parsers in their own process) while this one embeds (`prefetched`).
 Not here: locking and preparing the collection (`service.py`), progress rendering (a
 `ProgressSink` receives events), distribution (`ray_engine.py`).
 """
@@ -22,9 +30,12 @@ Not here: locking and preparing the collection (`service.py`), progress renderin
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
+import queue
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,10 +47,10 @@ from docsearch.encoders.base import Encoder
 from docsearch.encoders.batching import token_batches
 from docsearch.errors import ExtractionError
 from docsearch.indexer.chunk import Chunk, Chunker
-from docsearch.indexer.extract import Document, Limits, ranges, read_limited
+from docsearch.indexer.extract import Document, Limits, open_limited, ranges, read_limited
 from docsearch.indexer.extract_process import extract_guarded
 from docsearch.indexer.plan import Plan, WorkItem, sha256_bytes
-from docsearch.indexer.store import FileRecord, FileUpdate, Store
+from docsearch.indexer.store import DocumentBuilder, FileRecord, FileUpdate, Store
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,10 @@ COMMIT_SECONDS = 15.0
 # embedding one large file (one commit) resumes where it was, not at the file's first chunk.
 CHECKPOINT_SECONDS = 5.0
 NEW, CHANGED, RENAMED, TOUCHED, FAILED = "new", "changed", "renamed", "touched", "failed"
+# A file larger than this is hashed a block at a time and read by the extraction itself, not
+# read whole here and handed over (text files then never exist whole in memory).
+WHOLE_READ_BYTES = 8 * 2**20
+PREFETCH_FILES = 2  # files extracted ahead of the one being chunked and embedded
 
 
 class ProgressSink(Protocol):
@@ -163,26 +178,47 @@ class Engine(Protocol):
 # Extract: one planned file -> FileOutcome
 
 
-def extract_file(item: WorkItem, limits: Limits, deleted_shas: frozenset[str]) -> FileOutcome:
+def extract_file(
+    item: WorkItem, limits: Limits, deleted_shas: frozenset[str], spool: bool = False
+) -> FileOutcome:
     """Read, fingerprint and classify one file (new, changed, renamed, touched, failed).
 
     Whatever goes wrong while reading or extracting the file (a parser's exception, a limit
-    passed, a timeout) fails this file only; the parsers' complaints become its warnings."""
+    passed, a timeout) fails this file only; the parsers' complaints become its warnings.
+    `spool`: a long document comes spooled (`extract.Document`; the caller discards it)."""
     old, path = item.old, Path(item.path)
     record = FileRecord(item.path, "", item.size, item.mtime, "indexed", indexed_at=time.time())
     try:
-        data = read_limited(path, limits)  # refused unread when over a size limit
-        record.sha256 = sha256_bytes(data)
+        record.sha256, data = fingerprint(path, limits)  # refused unread when over a limit
         if old is not None and old.status == "indexed" and old.sha256 == record.sha256:
             # Same bytes: only the mtime moves, the chunks stay as they are.
             return FileOutcome(replace(old, size=item.size, mtime=item.mtime), TOUCHED)
-        doc = extract_guarded(path, data, item.path, limits)
+        doc = extract_guarded(path, data, item.path, limits, spool)
     except ExtractionError as exc:
         return _failed(record, old, exc)
     kind = CHANGED if _serving(old) else RENAMED if record.sha256 in deleted_shas else NEW
     record.reason = "; ".join(doc.warnings)
     record.ocr_pages = ranges(doc.ocr_pages)
     return FileOutcome(record, kind, doc, warnings=list(doc.warnings))
+
+
+def fingerprint(path: Path, limits: Limits) -> tuple[str, bytes | None]:
+    """A file's sha256, and its bytes if it is small enough to hand over whole (else None: the
+    extraction reads it again; a file that changes in between is found changed next run)."""
+    import stat
+
+    try:
+        size = path.stat().st_size if stat.S_ISREG(path.stat().st_mode) else 0
+    except OSError:
+        size = 0  # read_limited says why
+    if size <= WHOLE_READ_BYTES:
+        data = read_limited(path, limits)
+        return sha256_bytes(data), data
+    digest = hashlib.sha256()
+    with open_limited(path, limits) as handle:
+        while block := handle.read(4 * 2**20):
+            digest.update(block)
+    return digest.hexdigest(), None
 
 
 def _failed(record: FileRecord, old: FileRecord | None, exc: ExtractionError) -> FileOutcome:
@@ -220,20 +256,34 @@ def doc_id(path: str) -> str:
 
 def chunk_file(outcome: FileOutcome, chunker: Chunker, report: IndexReport) -> list[dict[str, Any]]:
     """The chunk rows of an extracted file; its record learns its chunk count and title."""
+    return list(file_rows(outcome, chunker, report))
+
+
+def file_rows(
+    outcome: FileOutcome, chunker: Chunker, report: IndexReport
+) -> Iterator[dict[str, Any]]:
+    """The chunk rows of an extracted file as the chunker makes them (a section at a time);
+    once they are all made, its record has its chunk count and title."""
     doc = outcome.doc
     assert doc is not None  # only extracted files are chunked
-    chunks = chunker.chunk(doc)
-    report.truncated += sum(c.truncated for c in chunks)
-    outcome.record.n_chunks, outcome.record.title = len(chunks), doc.title
-    return chunk_rows(doc, chunks, outcome.record.sha256)
+    outcome.record.n_chunks, outcome.record.title = 0, doc.title
+    for row in iter_chunk_rows(doc, chunker.chunk_pages(doc.iter_pages()), outcome.record.sha256):
+        report.truncated += row["truncated"]
+        outcome.record.n_chunks += 1
+        yield row
 
 
 def chunk_rows(doc: Document, chunks: Sequence[Chunk], file_sha: str) -> list[dict[str, Any]]:
+    return list(iter_chunk_rows(doc, chunks, file_sha))
+
+
+def iter_chunk_rows(
+    doc: Document, chunks: Iterable[Chunk], file_sha: str
+) -> Iterator[dict[str, Any]]:
     did, ocr_pages = doc_id(doc.path), set(doc.ocr_pages)
-    rows = []
     for c in chunks:
         sha = text_sha(c.text)
-        rows.append(
+        yield (
             {
                 "id": chunk_id(doc.path, c.ordinal, sha),
                 "doc_id": did,
@@ -253,7 +303,6 @@ def chunk_rows(doc: Document, chunks: Sequence[Chunk], file_sha: str) -> list[di
                 "ocr": not ocr_pages.isdisjoint(range(c.page_start, c.page_end + 1)),
             }
         )
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,7 +389,8 @@ class VectorCheckpoint:
 
 class Indexer:
     """The local engine's write stage: queues a job's files and commits them in groups, embedding
-    each group's new texts as one batch (with the job's encoder; None: lexical only)."""
+    each group's new texts as one batch (with the job's encoder; None: lexical only). A file with
+    more chunks than a group is streamed instead (`StreamedFile`) and committed alone."""
 
     def __init__(
         self,
@@ -374,12 +424,40 @@ class Indexer:
         self.job.progress.file_done(outcome.record.path)
 
     def add(self, outcome: FileOutcome) -> None:
-        """Chunk an extracted file and queue it; commit the group if it is due."""
-        rows = chunk_file(outcome, self.job.chunker, self.report)
+        """Chunk an extracted file and queue it, or stream it if it outgrows a group; commit
+        the group if it is due."""
+        assert outcome.doc is not None
+        try:
+            rows: list[dict[str, Any]] = []
+            made = file_rows(outcome, self.job.chunker, self.report)
+            for row in made:
+                rows.append(row)
+                if len(rows) > self.job.group_chunks:
+                    self._stream(outcome, rows, made)
+                    return
+        finally:
+            outcome.doc.discard()  # a spooled document's file: read to the end, or given up
         self._pending.append((outcome, rows))
         self.job.progress.planned_chunks(len(rows))
         if self._group_due():
             self.flush()
+
+    def _stream(
+        self, outcome: FileOutcome, first: list[dict[str, Any]], rest: Iterator[dict[str, Any]]
+    ) -> None:
+        """Write a large file a group of chunks at a time and commit it alone: the files queued
+        before it first, so that its commit is its own."""
+        self.flush()
+        streamed = StreamedFile(self.job, self.checkpoint)
+        group: list[dict[str, Any]] = []
+        for row in itertools.chain(first, rest):
+            if len(group) >= self.job.group_chunks:
+                streamed.write(group)
+                group = []
+            group.append(row)
+        streamed.write(group)
+        streamed.commit(outcome)
+        self._last_commit = time.monotonic()
 
     def _group_due(self) -> bool:
         if sum(len(rows) for _, rows in self._pending) >= self.job.group_chunks:
@@ -409,14 +487,58 @@ class Indexer:
         self._pending = []
 
 
+class StreamedFile:
+    """One large file on its way into the store: each group of its chunk rows is embedded and
+    written as uncommitted fragments (`Store.write_fragments`) and folded into its document
+    row; `commit` writes that row and commits the file alone, replacing its old rows. Killed
+    before then, the file is as it was (the fragments are never referenced) and the next run
+    does it again, reusing the vectors checkpointed meanwhile."""
+
+    def __init__(self, job: Job, checkpoint: VectorCheckpoint | None) -> None:
+        self.job, self.checkpoint = job, checkpoint
+        self.document = DocumentBuilder()
+        self.fragments: list[tuple[str, Any]] = []
+        self.groups = 0
+        job.store.add_ocr_columns()  # before fragments take the table's schema
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        job = self.job
+        if not rows:
+            return
+        job.progress.planned_chunks(len(rows))
+        if job.encoder is not None:
+            budget, progress = job.token_budget, job.progress
+            embed_rows(rows, job.encoder, job.store, job.report, budget, progress, self.checkpoint)
+        self.fragments += job.store.write_fragments(rows, documents=[])
+        self.document.add(rows)
+        job.report.chunks_written += len(rows)
+        self.groups += 1
+
+    def commit(self, outcome: FileOutcome) -> None:
+        store = self.job.store
+        self.fragments += store.write_fragments([], documents=[self.document.row()])
+        store.commit([outcome.update([])], fragments=self.fragments)
+        if self.checkpoint and self.checkpoint.used:
+            # Its vectors are committed; the checkpoint held nothing else this run still needs
+            # (the files before it are committed, the ones after it not yet embedded).
+            store.drop_pending_vectors()
+            self.checkpoint.used = False
+        log.debug("%s: %d groups in one commit", outcome.record.path, self.groups)
+        self.job.progress.file_done(outcome.record.path)
+
+
 class LocalEngine:
-    """Runs the stages in this process, file after file, committing group by group."""
+    """Runs the stages in this process, file after file, committing group by group; the
+    extraction of the next files runs ahead in a thread."""
 
     embeds_here = True
 
     def run(self, job: Job, work: Plan) -> None:
-        extracted = (extract_file(item, job.limits, work.deleted_shas) for item in work.items)
-        write_locally(job, extracted, work.deleted)
+        def extracted(item: WorkItem) -> FileOutcome:
+            return extract_file(item, job.limits, work.deleted_shas, spool=True)
+
+        with prefetched(extracted, work.items, PREFETCH_FILES) as outcomes:
+            write_locally(job, outcomes, work.deleted)
 
 
 def write_locally(job: Job, outcomes: Iterable[FileOutcome], deleted: Sequence[str] = ()) -> None:
@@ -429,3 +551,70 @@ def write_locally(job: Job, outcomes: Iterable[FileOutcome], deleted: Sequence[s
     if deleted:
         job.store.commit([], deleted=deleted)
     job.store.refresh_indexes()
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction ahead of the encoder
+
+
+_DONE = object()
+
+
+class prefetched:  # noqa: N801 - used as a context manager, like a function
+    """`work(item)` for each of `items` in a thread, at most `ahead` results ahead of the
+    consumer; as a context manager, the results in order. An exception in `work` is raised
+    where its result would have come. Leaving early stops the thread after its current item
+    (the results it made are discarded: their spool files go)."""
+
+    def __init__(self, work: Any, items: Sequence[Any], ahead: int) -> None:
+        self._work, self._items = work, items
+        self._results: queue.Queue[Any] = queue.Queue(maxsize=max(1, ahead))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="docsearch-extract", daemon=True)
+
+    def _run(self) -> None:
+        for item in self._items:
+            if self._stop.is_set():
+                return
+            try:
+                result: Any = self._work(item)
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                result = _Raised(exc)
+            self._put(result)
+        self._put(_DONE)
+
+    def _put(self, result: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self._results.put(result, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        _discard(result)
+
+    def __enter__(self) -> Iterator[Any]:
+        self._thread.start()
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Any]:
+        while (result := self._results.get()) is not _DONE:
+            if isinstance(result, _Raised):
+                raise result.exc
+            yield result
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        while not self._results.empty():
+            _discard(self._results.get_nowait())
+
+
+@dataclass
+class _Raised:
+    exc: BaseException
+
+
+def _discard(result: Any) -> None:
+    doc = getattr(result, "doc", None)
+    if isinstance(doc, Document):
+        doc.discard()

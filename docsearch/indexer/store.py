@@ -7,7 +7,9 @@ collection (the same tables under `<name>.vN__`) beside the serving one, and one
 `<name>__versions` swaps it in (see "Versions" below). Writes are batched: one `merge_insert` replaces the chunks of a
 batch of files in a single commit (a file is never half old, half new), a second one their rows
 in `docs` (one per file, derived from its chunks: whole text, mean vector), then the `files` table
-records them. Lexical search is LanceDB's native BM25 full-text index (built before the first
+records them. A file too large to hold in memory is written as uncommitted fragments a group of
+chunks at a time, with its document row last, and committed alone (`write_fragments`). A docs
+row holds at most DOC_TEXT_CHARS characters of its document's text (see `whole_text`). Lexical search is LanceDB's native BM25 full-text index (built before the first
 rows are committed); vector search is cosine. While a run embeds, `<name>__pending_vectors`
 checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
 creation was killed is listed as incomplete and repaired by the next writer; one writer per
@@ -240,6 +242,12 @@ def files_schema() -> Any:
 
 # Columns of the chunk rows a document row is made from.
 DOC_SOURCE = "doc_id path title text ordinal page_start page_end char_start char_end".split()
+# The most text a docs row holds: the document's text up to the end of its last chunk that ends
+# within this many characters. Every file the default 16 million character text limit admits
+# is held whole, so its whole-document BM25 is that of all its words; a longer one is matched
+# on its first 16 million characters (its chunks hold all of it), and a row never costs more
+# than about 100 MB to build, index or read.
+DOC_TEXT_CHARS = 16_000_000
 
 
 def document_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -247,39 +255,75 @@ def document_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     by_path: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_path.setdefault(row["path"], []).append(row)
-    return [
-        _document_row(sorted(chunks, key=lambda r: r["ordinal"])) for chunks in by_path.values()
-    ]
+    documents = []
+    for chunks in by_path.values():
+        builder = DocumentBuilder()
+        builder.add(sorted(chunks, key=lambda r: r["ordinal"]))
+        documents.append(builder.row())
+    return documents
 
 
-def _document_row(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    first = chunks[0]
-    row = {key: first[key] for key in ("doc_id", "path", "title")}
-    row["text"] = whole_text(chunks)
-    row["n_chunks"] = len(chunks)
-    row["page_start"] = min(c["page_start"] for c in chunks)
-    row["page_end"] = max(c["page_end"] for c in chunks)
-    if "vector" in first:  # the normalised mean of the chunk vectors, summed in float64
-        mean = np.asarray([c["vector"] for c in chunks], dtype=np.float64).mean(axis=0)
-        norm = float(np.linalg.norm(mean))
-        row["vector"] = (mean / norm if norm else mean).astype(np.float32).tolist()
-    return row
+class DocumentBuilder:
+    """A file's docs row, made from its chunk rows as they come (in order, a group at a time):
+    its text (`whole_text`, at most DOC_TEXT_CHARS), pages, chunk count and mean vector."""
+
+    def __init__(self, max_chars: int = DOC_TEXT_CHARS) -> None:
+        self.max_chars = max_chars
+        self._first: dict[str, Any] | None = None
+        self._parts: list[str] = []
+        self._end = 0  # the text's length so far
+        self._full = False  # a chunk ended past max_chars: the text is complete
+        self._n, self._page_start, self._page_end = 0, 0, 0
+        self._sum: np.ndarray | None = None  # (dim,) float64
+
+    def add(self, chunks: Sequence[dict[str, Any]]) -> None:
+        if not chunks:
+            return
+        if self._first is None:
+            self._first = {key: chunks[0][key] for key in ("doc_id", "path", "title")}
+            self._page_start = chunks[0]["page_start"]
+        self._n += len(chunks)
+        self._page_start = min(self._page_start, *(c["page_start"] for c in chunks))
+        self._page_end = max(self._page_end, *(c["page_end"] for c in chunks))
+        self._add_text(chunks)
+        if "vector" in chunks[0]:  # summed in float64, row after row in order
+            block = np.asarray([c["vector"] for c in chunks], dtype=np.float64)
+            if self._sum is not None:
+                block = np.vstack([self._sum[None], block])
+            self._sum = block.sum(axis=0)
+
+    def _add_text(self, chunks: Sequence[dict[str, Any]]) -> None:
+        for chunk in chunks:
+            if self._full or chunk["char_end"] > self.max_chars:
+                self._full = True
+                return
+            start = chunk["char_start"]
+            self._parts.append(" " * (start - self._end) if start > self._end else "")
+            self._parts.append(chunk["text"][max(0, self._end - start) :])
+            self._end = max(self._end, chunk["char_end"])
+
+    def row(self) -> dict[str, Any]:
+        assert self._first is not None, "a document row needs at least one chunk"
+        row = {**self._first, "text": "".join(self._parts), "n_chunks": self._n}
+        row["page_start"], row["page_end"] = self._page_start, self._page_end
+        if self._sum is not None:  # the normalised mean of the chunk vectors
+            mean = self._sum / self._n
+            norm = float(np.linalg.norm(mean))
+            row["vector"] = (mean / norm if norm else mean).astype(np.float32).tolist()
+        return row
 
 
-def whole_text(chunks: Sequence[dict[str, Any]]) -> str:
-    """A document's text from its chunks (in order): every character at its own offset.
+def whole_text(chunks: Sequence[dict[str, Any]], max_chars: int = DOC_TEXT_CHARS) -> str:
+    """A document's text from its chunks (in order): every character at its own offset, up to
+    the end of the last chunk that ends within `max_chars` characters.
 
     The chunker leaves out only whitespace (between pieces, and around the text), so the
     characters no chunk holds are written as spaces: the same words at the same offsets, which is
     all the full-text index reads. Overlapping chunks contribute their new characters only.
     """
-    parts, end = [], 0
-    for chunk in chunks:
-        start = chunk["char_start"]
-        parts.append(" " * (start - end) if start > end else "")
-        parts.append(chunk["text"][max(0, end - start) :])
-        end = max(end, chunk["char_end"])
-    return "".join(parts)
+    builder = DocumentBuilder(max_chars)
+    builder._add_text(chunks)
+    return "".join(builder._parts)
 
 
 def connect(db_uri: str):  # type: ignore[no-untyped-def]
@@ -829,9 +873,10 @@ class Store:
             self._has_documents = any(index.name == "text_idx" for index in indexes)
         return self._has_documents
 
-    def _add_ocr_columns(self) -> None:
+    def add_ocr_columns(self) -> None:
         """A collection made before OCR gains its columns (unmarked) when next written; one
-        schema check per Store, not one per commit."""
+        schema check per Store, not one per commit. Before fragments are written for a later
+        commit too: they take the table's schema."""
         if self._ocr_columns:
             return
         for table, column, value in [
@@ -994,7 +1039,7 @@ class Store:
         recorded), so the next run redoes them, finding their vectors already stored, and the end
         state equals a clean build.
         """
-        self._add_ocr_columns()
+        self.add_ocr_columns()
         replaced = [u.record.path for u in updates if u.rows is not None]
         gone = [*replaced, *deleted]
         rows = [r for u in updates if u.rows is not None for r in u.rows]
@@ -1009,18 +1054,23 @@ class Store:
             _replace(self.docs, "path", document_rows(rows), gone)
         _replace(self.files_table, "path", [asdict(u.record) for u in updates], deleted)
 
-    def write_fragments(self, rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-        """Write chunk rows (with their vectors), and their files' document rows, as new data
-        files of the chunks and docs tables without committing them: what
-        `commit(..., fragments=)` adds. Many processes may write at once (the Ray engine's
-        actors; each file's rows all in one call); nothing is visible until the one commit."""
-        if not rows:
-            return []
+    def write_fragments(
+        self, rows: list[dict[str, Any]], documents: list[dict[str, Any]] | None = None
+    ) -> list[tuple[str, Any]]:
+        """Write chunk rows (with their vectors), and document rows (default: those of the
+        files whose rows these are, all of each file's), as new data files of the chunks and
+        docs tables without committing them: what `commit(..., fragments=)` adds. Many
+        processes may write at once (the Ray engine's actors); nothing is visible until the
+        one commit. The local engine writes a large file's chunks a group at a time
+        (`documents=[]`), then its document row."""
         import pyarrow as pa
         from lance.fragment import write_fragments
 
+        documents = document_rows(rows) if documents is None else documents
         written = []
-        for kind, data in (("chunks", rows), ("docs", document_rows(rows))):
+        for kind, data in (("chunks", rows), ("docs", documents)):
+            if not data:
+                continue
             dataset = self._read(kind)
             table = pa.Table.from_pylist(data, schema=dataset.schema)
             version = dataset.data_storage_version

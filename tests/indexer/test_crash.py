@@ -116,23 +116,33 @@ def test_crash_between_chunk_and_file_commits(
     table: str,
 ) -> None:
     """Chunks written, documents or files table not: the rerun redoes those files without
-    duplicates."""
+    duplicates. Files of more than 4 chunks are streamed (their chunks and documents are
+    committed as fragments), the others merged: the second commit of `table` fails, by
+    whichever way it comes."""
     from lancedb.table import LanceTable
 
     root, expected = clean
     db = str(tmp_path / "db")
-    real_merge = LanceTable.merge_insert
+    real_merge, real_fragments = LanceTable.merge_insert, Store._commit_fragments
     calls = 0
 
-    def crash_on_second_commit(target: LanceTable, *args: Any, **kwargs: Any) -> Any:
+    def power_cut(name: str) -> None:
         nonlocal calls
-        if target.name.endswith(table):
+        if name.endswith(table):
             calls += 1
             if calls == 2:
                 raise RuntimeError("simulated power cut after the chunks commit")
+
+    def merge(target: LanceTable, *args: Any, **kwargs: Any) -> Any:
+        power_cut(target.name)
         return real_merge(target, *args, **kwargs)
 
-    monkeypatch.setattr(LanceTable, "merge_insert", crash_on_second_commit)
+    def fragments(store: Store, kind: str, *args: Any, **kwargs: Any) -> Any:
+        power_cut(f"__{kind}")
+        return real_fragments(store, kind, *args, **kwargs)
+
+    monkeypatch.setattr(LanceTable, "merge_insert", merge)
+    monkeypatch.setattr(Store, "_commit_fragments", fragments)
     with pytest.raises(RuntimeError, match="power cut"):
         index_into(db, root, options={"max_tokens": 12}, commit_chunks=4)
     monkeypatch.undo()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -229,14 +230,14 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     locked = root / "locked.md"
     locked.write_text("# Locked\n\nNo access.\n")
     if running_as_root():  # chmod does not stop root: make the read fail the way the OS would
-        real = Path.read_bytes
+        real = Path.open
 
-        def read_bytes(self: Path) -> bytes:
+        def open_file(self: Path, *args: Any, **kwargs: Any) -> Any:
             if self.name == "locked.md":
                 raise PermissionError(13, "Permission denied", str(self))
-            return real(self)
+            return real(self, *args, **kwargs)
 
-        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+        monkeypatch.setattr(Path, "open", open_file)
     else:
         locked.chmod(0)
     report = run(root, db)
