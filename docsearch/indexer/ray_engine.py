@@ -157,7 +157,7 @@ class EmbedWorker:
             "encoder_spec": job.store.meta.encoder,
             "chunker_settings": job.chunker.settings.as_dict(),
             "token_budget": job.token_budget,
-            "runtime": job.runtime,
+            "runtime": _with_precision(job),
         }
 
     def process(self, outcomes: Iterable[FileOutcome]) -> BatchResult:
@@ -176,6 +176,16 @@ class EmbedWorker:
         outcomes = [pickle.loads(b) for b in batch.column("payload").to_pylist()]
         result = pickle.dumps(self.process(outcomes))
         return pa.table({"payload": pa.array([result], type=pa.binary())})
+
+
+def _with_precision(job: Job) -> dict[str, Any]:
+    """The job's run-time options, with the precision the driver's encoder settled on (an
+    "auto" choice is timed per process and thread count, so actors left to choose could embed
+    one collection in both bf16 and fp32; the spec leaves that choice out)."""
+    precision = getattr(job.encoder, "precision", None)
+    if precision is None or "precision" in job.runtime:
+        return job.runtime
+    return {**job.runtime, "precision": precision}
 
 
 def _node_id() -> str:
