@@ -27,6 +27,14 @@ class Reply:
         return json.loads(self.body)
 
 
+def expect_error(reply: Reply, status: int) -> str:
+    """The JSON error message of a reply that must have `status` (a non-empty string)."""
+    assert reply.status == status, (reply.status, reply.body[:300])
+    body = reply.json()
+    assert isinstance(body["error"], str) and body["error"]
+    return str(body["error"])
+
+
 @dataclass
 class Client:
     host: str

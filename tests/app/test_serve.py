@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.app.server import Client, Reply, served
+from tests.app.server import Client, Reply, expect_error, served
 from tests.helpers import index_into
 from tests.ui.corpus import SECRET, Corpus, build_corpus
 
@@ -61,13 +61,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     assert "Traceback" not in log, log
 
 
-def _error(reply: Reply, status: int) -> str:
-    assert reply.status == status, (reply.status, reply.body[:300])
-    body = reply.json()
-    assert isinstance(body["error"], str) and body["error"]
-    return str(body["error"])
-
-
 def _search(client: Client, name: str = "docs", **body: Any) -> Reply:
     return client.post(f"{V1}/collections/{name}/search", {"query": "termination", **body})
 
@@ -88,23 +81,25 @@ def test_health_and_the_schema_need_no_key(site: Site) -> None:
 def test_no_key_and_a_wrong_key_get_401(site: Site) -> None:
     for client in (site.as_(None), Client(site.client.host, site.client.port, "ds_wrong")):
         for reply in (_search(client), client.get(f"{V1}/collections")):
-            assert "key" in _error(reply, 401)
+            assert "key" in expect_error(reply, 401)
             assert reply.headers["www-authenticate"] == "Bearer"
     prefix = Client(site.client.host, site.client.port, site.keys["docs"][:-1])
-    _error(_search(prefix), 401)
+    expect_error(_search(prefix), 401)
 
 
 def test_a_key_for_another_collection_gets_403_and_sees_only_its_own(site: Site) -> None:
     other = site.as_("other")
-    assert "docs" in _error(_search(other), 403)
-    assert "docs" in _error(other.get(f"{V1}/collections/docs"), 403)
-    assert "nowhere" in _error(other.get(f"{V1}/collections/nowhere"), 403)  # no existence leak
+    assert "docs" in expect_error(_search(other), 403)
+    assert "docs" in expect_error(other.get(f"{V1}/collections/docs"), 403)
+    assert "nowhere" in expect_error(
+        other.get(f"{V1}/collections/nowhere"), 403
+    )  # no existence leak
     assert [c["name"] for c in other.get(f"{V1}/collections").json()] == ["other"]
     assert _search(other, "other", query="parking").status == 200
 
 
 def test_a_read_only_key_cannot_start_an_index_job(site: Site) -> None:
-    assert "index" in _error(site.as_("docs").post(f"{V1}/collections/docs/index-jobs"), 403)
+    assert "index" in expect_error(site.as_("docs").post(f"{V1}/collections/docs/index-jobs"), 403)
 
 
 def test_a_revoked_key_is_refused_from_the_next_request_on(site: Site) -> None:
@@ -115,7 +110,7 @@ def test_a_revoked_key_is_refused_from_the_next_request_on(site: Site) -> None:
     client = Client(site.client.host, site.client.port, key)
     assert _search(client).status == 200
     store.revoke(record.id)
-    _error(_search(client), 401)
+    expect_error(_search(client), 401)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,7 +173,7 @@ def test_documents_metadata_passages_pages_and_the_original(site: Site) -> None:
     assert doc["record"]["status"] == "indexed" and doc["record"]["sha256"]
     assert hit["chunk_id"] in [p["id"] for p in doc["passages"]]
     assert "thirty days to cure" in client.get(f"{url}/pages/2").json()["text"]
-    _error(client.get(f"{url}/pages/4"), 404)
+    expect_error(client.get(f"{url}/pages/4"), 404)
     original = client.get(f"{url}/file")
     assert original.status == 200 and original.headers["content-type"] == "application/pdf"
     assert original.body == Path(hit["path"]).read_bytes()
@@ -192,7 +187,7 @@ def test_the_original_is_refused_once_the_file_changed(site: Site, tmp_path: Pat
     try:
         notes.write_text(f"{SECRET}\n")
         url = f"{V1}/collections/docs/documents/{hit['doc_id']}/file"
-        assert "changed" in _error(site.as_("docs").get(url), 403)
+        assert "changed" in expect_error(site.as_("docs").get(url), 403)
     finally:
         notes.write_bytes(saved)
 
@@ -207,14 +202,14 @@ def test_an_index_job_runs_reports_progress_and_its_result(site: Site) -> None:
     assert job["result"]["new"] == 1 and job["result"]["unchanged"] == 1
     assert job["files_total"] == 1 and job["files_done"] == 1
     assert _search(client, "jobs", query="lease renews").json()["hits"][0]["title"] == "Lease"
-    assert "no index job" in _error(site.as_("other").get(started.json()["url"]), 404)
+    assert "no index job" in expect_error(site.as_("other").get(started.json()["url"]), 404)
 
 
 def test_an_index_job_for_a_folder_under_the_root_makes_a_new_collection(site: Site) -> None:
     reader = site.as_("all")  # reads every collection but may not index
-    assert "index" in _error(reader.post(f"{V1}/collections/fresh/index-jobs"), 403)
+    assert "index" in expect_error(reader.post(f"{V1}/collections/fresh/index-jobs"), 403)
     indexer = site.as_("indexer")
-    assert "folder" in _error(indexer.post(f"{V1}/collections/fresh/index-jobs"), 400)
+    assert "folder" in expect_error(indexer.post(f"{V1}/collections/fresh/index-jobs"), 400)
     started = indexer.post(f"{V1}/collections/fresh/index-jobs", {"folder": "other"})
     assert started.status == 202, started.body
     assert _finished(indexer, started.json()["url"])["result"]["new"] == 1
@@ -227,7 +222,7 @@ def test_an_index_job_is_refused_while_the_writer_lock_is_held(site: Site) -> No
 
     with writer_lock(site.corpus.db, "jobs"):
         reply = site.as_("indexer").post(f"{V1}/collections/jobs/index-jobs")
-        assert "being indexed" in _error(reply, 409)
+        assert "being indexed" in expect_error(reply, 409)
 
 
 def _finished(client: Client, url: str, timeout: float = 60) -> dict[str, Any]:
@@ -264,15 +259,15 @@ def _finished(client: Client, url: str, timeout: float = 60) -> dict[str, Any]:
 def test_bad_search_input_is_a_4xx_json_error(
     site: Site, body: dict[str, Any], status: int, says: str
 ) -> None:
-    assert says in _error(_search(site.as_("docs"), **body), status).lower()
+    assert says in expect_error(_search(site.as_("docs"), **body), status).lower()
 
 
 def test_malformed_bodies_are_4xx_json_errors(site: Site) -> None:
     client = site.as_("docs")
     url = f"{V1}/collections/docs/search"
-    _error(client.post(url, b"{not json"), 422)
-    _error(client.post(url, b"[1, 2]"), 422)
-    _error(client.post(url, b"\xff\xfe garbage"), 422)
+    expect_error(client.post(url, b"{not json"), 422)
+    expect_error(client.post(url, b"[1, 2]"), 422)
+    expect_error(client.post(url, b"\xff\xfe garbage"), 422)
 
 
 @pytest.mark.parametrize(
@@ -295,19 +290,19 @@ def test_dotted_index_folders_and_paths_are_refused(site: Site) -> None:
     indexer = site.as_("indexer")
     for folder in ("../outside", "/etc", "jobs/../../outside"):
         reply = indexer.post(f"{V1}/collections/jobs/index-jobs", {"folder": folder})
-        assert "under" in _error(reply, 403)
+        assert "under" in expect_error(reply, 403)
     dotted = _search(site.as_("docs"), path="../outside/*", query="launch codes")
     assert dotted.status == 200 and dotted.json()["hits"] == []
 
 
 def test_unknown_and_invalid_collections_are_4xx(site: Site) -> None:
     everyone = site.as_("all")
-    assert "nowhere" in _error(_search(everyone, "nowhere"), 404)
-    assert "nowhere" in _error(everyone.get(f"{V1}/collections/nowhere"), 404)
-    _error(everyone.get(f"{V1}/collections/nowhere/documents/0123456789abcdef"), 404)
-    assert "invalid collection name" in _error(_search(everyone, "bad%20name"), 400)
-    _error(everyone.get(f"{V1}/collections/..%2F..%2Fetc"), 404)
-    _error(everyone.get(f"{V1}/no/such/route"), 404)
+    assert "nowhere" in expect_error(_search(everyone, "nowhere"), 404)
+    assert "nowhere" in expect_error(everyone.get(f"{V1}/collections/nowhere"), 404)
+    expect_error(everyone.get(f"{V1}/collections/nowhere/documents/0123456789abcdef"), 404)
+    assert "invalid collection name" in expect_error(_search(everyone, "bad%20name"), 400)
+    expect_error(everyone.get(f"{V1}/collections/..%2F..%2Fetc"), 404)
+    expect_error(everyone.get(f"{V1}/no/such/route"), 404)
 
 
 def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(site: Site) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.app.server import Client, Reply, served
+from tests.app.server import Client, Reply, expect_error, served
 from tests.helpers import index_into, make_docx, make_pdf
 from tests.test_similar import PUMP, _corpus
 
@@ -56,13 +56,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         yield Site(client, base / "docs", db, keys)
     log = (base / "serve.log").read_text()
     assert "Traceback" not in log, log
-
-
-def _error(reply: Reply, status: int) -> str:
-    assert reply.status == status, (reply.status, reply.body[:300])
-    body = reply.json()
-    assert isinstance(body["error"], str) and body["error"]
-    return str(body["error"])
 
 
 def _upload(
@@ -182,13 +175,13 @@ def test_the_schema_lists_both_routes(site: Site) -> None:
 def test_keys_are_checked_and_scoped_as_for_search(site: Site) -> None:
     body = {"doc_id": _doc_id(site, "report.md")}
     for client in (site.as_(None), Client(site.client.host, site.client.port, "ds_wrong")):
-        assert "key" in _error(client.post(f"{V1}/collections/pumps/similar", body), 401)
-        assert "key" in _error(_upload(client, "a.txt", b"pump impeller"), 401)
+        assert "key" in expect_error(client.post(f"{V1}/collections/pumps/similar", body), 401)
+        assert "key" in expect_error(_upload(client, "a.txt", b"pump impeller"), 401)
     other = site.as_("other")
-    assert "pumps" in _error(other.post(f"{V1}/collections/pumps/similar", body), 403)
-    assert "pumps" in _error(_upload(other, "a.txt", b"pump impeller"), 403)
+    assert "pumps" in expect_error(other.post(f"{V1}/collections/pumps/similar", body), 403)
+    assert "pumps" in expect_error(_upload(other, "a.txt", b"pump impeller"), 403)
     # a doc id of one collection finds nothing in another
-    assert "no document" in _error(other.post(f"{V1}/collections/other/similar", body), 404)
+    assert "no document" in expect_error(other.post(f"{V1}/collections/other/similar", body), 404)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +203,7 @@ def test_bad_similar_input_is_a_4xx_json_error(
     if body.get("doc_id") == "REPORT":
         body = {**body, "doc_id": _doc_id(site, "report.md")}
     reply = site.as_("pumps").post(f"{V1}/collections/pumps/similar", body)
-    assert says in _error(reply, status).lower()
+    assert says in expect_error(reply, status).lower()
 
 
 @pytest.mark.parametrize(
@@ -227,16 +220,16 @@ def test_bad_similar_input_is_a_4xx_json_error(
 def test_an_empty_or_unreadable_upload_is_one_clear_400(
     site: Site, name: str, data: bytes, says: str
 ) -> None:
-    assert says in _error(_upload(site.as_("pumps"), name, data), 400).lower()
+    assert says in expect_error(_upload(site.as_("pumps"), name, data), 400).lower()
 
 
 def test_malformed_uploads_are_4xx_json_errors(site: Site) -> None:
     client = site.as_("pumps")
-    _error(_upload(client, "a.txt", b"pump impeller", {"k": "zero"}), 422)
-    _error(_upload(client, "a.txt", b"pump impeller", {"mode": "telepathic"}), 400)
+    expect_error(_upload(client, "a.txt", b"pump impeller", {"k": "zero"}), 422)
+    expect_error(_upload(client, "a.txt", b"pump impeller", {"mode": "telepathic"}), 400)
     not_multipart = client.post(f"{V1}/collections/pumps/similar/file", {"file": "a.txt"})
     assert not_multipart.status == 422 and not_multipart.json()["error"]
-    assert "nowhere" in _error(_upload(client, "a.txt", b"pump", collection="nowhere"), 403)
+    assert "nowhere" in expect_error(_upload(client, "a.txt", b"pump", collection="nowhere"), 403)
 
 
 def test_a_declared_upload_over_the_limit_is_refused_before_it_is_read(site: Site) -> None:
