@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 # Any accidental Hub call must fail fast instead of hanging on the network.
@@ -27,3 +28,22 @@ def _isolated_paths(
     monkeypatch.setenv("DOCSEARCH_DB", str(home / "db"))
     monkeypatch.setenv("DOCSEARCH_HOME", str(home / "data"))
     monkeypatch.setenv("DOCSEARCH_PLUGINS", "tests.fakes")
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Tiny tensors: one intra-op thread is faster than two on a shared 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_st(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random sentence-transformers folder (tests/training/tiny_st.py), once per module."""
+    from tests.training.tiny_st import build_tiny_st
+
+    return build_tiny_st(tmp_path_factory.mktemp("models") / "tiny-st")

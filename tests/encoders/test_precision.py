@@ -8,7 +8,6 @@ are in benchmarks/results/speed.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,22 +16,12 @@ import torch
 
 from docsearch.encoders import encoder_from_spec, get_encoder, precision
 from docsearch.errors import UsageError
-from tests.training.tiny_st import TOPICS, build_tiny_st, topic_text
+from tests.training.tiny_st import TOPICS, topic_text
 
 TEXTS = [topic_text(topic, 2, i) for i, topic in enumerate(TOPICS)] + ["pump", "blood pressure"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_st(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_st(tmp_path_factory.mktemp("models") / "tiny-st")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def encode(folder: Path, how: str) -> np.ndarray:

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 import typer
 from typer.testing import CliRunner
 
 from docsearch.app import cli
 from docsearch.app.finetune_cmd import finetune_command
-from tests.training.tiny_st import build_tiny_st, write_beir, write_documents
+from tests.training.tiny_st import write_beir, write_documents
 
 runner = CliRunner()
 app = typer.Typer()
@@ -23,17 +21,7 @@ app.command("finetune")(finetune_command)
 app.command("other")(lambda: None)  # two commands, so typer keeps the command name
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_st(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_st(tmp_path_factory.mktemp("models") / "tiny-st")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_unlabelled_folder_end_to_end_then_index_and_search(tiny_st: Path, tmp_path: Path) -> None:

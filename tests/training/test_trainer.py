@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,23 +28,12 @@ from docsearch.training.trainer import (
     opl_loss,
     pairs_recipe,
 )
-from tests.training.tiny_st import build_tiny_st, write_pairs
+from tests.training.tiny_st import write_pairs
 
 TEXTS = ["contract party shall terminate", "blood pressure dose", "pump valve alarm"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models run faster on one thread, and far faster on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_st(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_st(tmp_path_factory.mktemp("models") / "tiny-st")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
