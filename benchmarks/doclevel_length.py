@@ -152,7 +152,7 @@ class Chooser:
 
     def baseline(self, rule: Switch, dataset: str, role: str) -> float:
         j, k = D.DATASETS.index(dataset), ROLES.index(role)
-        value, base = self.tables[rule.words]
+        base = self.tables[rule.words][1]
         return float(base[self.long.index(rule.long), self.short.index(rule.short), j, k])
 
 
