@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -100,7 +101,8 @@ MAX_K = 10_000  # far beyond any results page or evaluation depth (100); bounds 
 CHUNK_POOL = 500
 DOC_POOL = 500
 MAX_PASSAGES = 3  # passages shown per document
-# Hybrid search encodes the query on a thread of its own while the lexical legs run.
+# Search encodes the query and runs the phrase and whole-document BM25 searches on a thread of
+# its own while the chunk BM25 runs (OVERLAP_ENCODING = False: all on the caller's thread).
 OVERLAP_ENCODING = True
 # Query by document: the documents each document leg ranks best whose chunks are matched with
 # the query document's, chunk by chunk (the `chunk_dense` leg of fusion.SIMILAR_RULES).
@@ -275,7 +277,7 @@ def _passage_pairs(
     if vectors is not None and query.chunk_vectors is not None and len(vectors):
         return [
             PassagePair(
-                Passage(**_view(query.chunks[mine], marked), score=cosine),
+                Passage(**_view(query.embedded[mine], marked), score=cosine),
                 Passage(**_view(views[theirs], marked), score=cosine),
                 cosine,
                 "vectors",
@@ -315,7 +317,7 @@ class Retriever:
         self.store = Store.open(self.db, resolve_collection(self.db, collection))
         self._given_encoder = encoder
         self._encoder = encoder
-        self._query_thread: ThreadPoolExecutor | None = None  # encodes queries (see search)
+        self._query_thread: ThreadPoolExecutor | None = None  # see _beside
         # The hybrid rule. None: the default rules (fusion.DOCUMENT_RULES for documents,
         # CHUNK_FUSION for passages); one over the chunk legs alone ranks documents by their best
         # chunk in each leg and passages as well, one with document legs ranks documents only.
@@ -429,19 +431,26 @@ class Retriever:
         documents = granularity == "document"
         rule = self._document_rule(mode, flt, query) if documents else None
         pool = max(CHUNK_POOL, 5 * k) if documents else max(20, 2 * k)
-        # The query is encoded beside the lexical work (torch and Lance both release the GIL):
-        # for a long query the encoder's forward is the slowest single step. A rule with no
-        # dense leg (hybrid on a long query) needs no vector.
-        encode = mode != "lexical" and (rule is None or rule.uses_dense)
-        encoding = self._encode_beside(query, mode != "vector") if encode else None
+        # The query thread does the work that can wait while this one runs the chunk BM25:
+        # the identifiers' phrase search (needed first), the query's encoding (torch and Lance
+        # both release the GIL; for a long query the encoder's forward is the slowest single
+        # step) and whole-document BM25, so two cores serve the searches at once. A rule with
+        # no dense leg (hybrid on a long query) needs no vector.
+        lexical_legs = mode != "vector"
+        phrases = self._phrases_beside(query, pool, flt) if lexical_legs else None
+        encoding = None
+        if mode != "lexical" and (rule is None or rule.uses_dense):
+            encoder = self._own_encoder()
+            encoding = self._beside(lambda: encoder.encode_queries([query])[0], lexical_legs)
+        whole: Future[list[DocCandidate]] | None = None
+        if lexical_legs and rule is not None and rule.weights.get("doc_lexical"):
+            depth = max(DOC_POOL, k)
+            whole = self._beside(lambda: self.store.search_documents_text(query, depth, flt))
         bm25: list[Candidate] = []
-        lexical: dict[str, list[DocCandidate]] = {}
-        if mode != "vector":
+        if phrases is not None:
             bm25 = self.store.search_text(query, pool, flt)
-            lifted = self._lift(query, bm25, pool, flt)
-            if rule is not None and rule.weights.get("doc_lexical"):
-                depth = max(DOC_POOL, k)
-                lexical["doc_lexical"] = self.store.search_documents_text(query, depth, flt)
+            lifted = _lift(query, bm25, phrases.result(), pool)
+        lexical = {"doc_lexical": whole.result()} if whole is not None else {}
         vector = encoding.result() if encoding is not None else None
         found: dict[str, list[Candidate]] = {}
         if vector is not None:
@@ -506,6 +515,11 @@ class Retriever:
             )
         encoder = None if mode == "lexical" else self._own_encoder()
         query = query_document(self.store, source, encoder)
+        # A document from outside is embedded beside the lexical leg (torch and Lance both
+        # release the GIL): for a long one the encoder's forward is the slowest step.
+        embedding = None
+        if encoder is not None and query.needs_vectors:
+            embedding = self._beside(partial(query.embed, encoder), mode == "hybrid")
         stats = collection_stats(self.store)
         key = stats.key_terms(query.text, terms, min_df=1 if query.doc_id is None else 2)
         depth = max(DOC_POOL, k) + 1  # one more: the query document may be among them
@@ -513,6 +527,8 @@ class Retriever:
         if mode != "vector" and key:
             text = lexical_query(key)
             found["doc_lexical"] = self.store.search_documents_text(text, depth, None)
+        if embedding is not None:
+            query = embedding.result()
         if query.vector is not None:
             found["doc_dense"] = self.store.search_documents_vector(query.vector, depth, None)
         found = {leg: [d for d in docs if d.doc_id != query.doc_id] for leg, docs in found.items()}
@@ -614,12 +630,14 @@ class Retriever:
         best: dict[str, list[str]] = {}  # doc_id -> its chunks, best first
         for key in chunks.order:
             best.setdefault(by_id[key].doc_id, []).append(key)
+        top = ranking.order[:k]
+        unreached = self._passages_of([doc_paths[d] for d in top if d not in best], query, vector)
         hits = []
-        for i, doc in enumerate(ranking.order[:k], start=1):
+        for i, doc in enumerate(top, start=1):
             passages = [
                 Passage(**_view(by_id[key], query), score=chunks.fused[key])
                 for key in best.get(doc, [])[:MAX_PASSAGES]
-            ] or self._passages_of(doc_paths[doc], query, vector)
+            ] or unreached[doc_paths[doc]]
             best_passage = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
             best_passage["score"] = ranking.fused[doc]
             hits.append(
@@ -656,30 +674,47 @@ class Retriever:
             legs["doc_dense"] = self.store.search_documents_vector(vector, depth, flt)
         return legs
 
-    def _passages_of(self, path: str, query: str, vector: Any) -> list[Passage]:
-        """The best passages of a document no chunk leg's pool reached: by BM25 within it, else
-        by the query vector, else its opening chunk (its match was on words chunks do not index,
-        such as stop words)."""
-        only = ChunkFilter(paths=[path])
-        found = self.store.search_text(query, MAX_PASSAGES, only)
-        if not found and vector is not None:
-            found = self.store.search_vector(vector, MAX_PASSAGES, only)
-        if not found:
-            rows = self.store.rows(ChunkFilter(paths=[path], where="ordinal = 0"), RESULT_COLUMNS)
-            found = [candidate(row, 0.0) for row in rows]
-        return [Passage(**_view(one, query), score=one.score) for one in found]
+    def _passages_of(
+        self, paths: Sequence[str], query: str, vector: Any
+    ) -> dict[str, list[Passage]]:
+        """path -> the best passages of each document no chunk leg's pool reached: by BM25
+        within them (one search for all), else by the query vector, else its opening chunk
+        (its match was on words chunks do not index, such as stop words)."""
+        found: dict[str, list[Candidate]] = {path: [] for path in paths}
+        # Deep enough that each document almost always gets its passages from this one search
+        # (a search per document cost 4 ms each at 100k chunks); were it filled, one that got
+        # none is searched alone.
+        depth = min(MAX_K, 20 * MAX_PASSAGES * len(paths))
+        together = self.store.search_text(query, depth, ChunkFilter(paths=paths)) if paths else []
+        for one in together:
+            if len(found[one.path]) < MAX_PASSAGES:
+                found[one.path].append(one)
+        for path, cands in found.items():
+            only = ChunkFilter(paths=[path])
+            if not cands and len(together) == depth:
+                cands += self.store.search_text(query, MAX_PASSAGES, only)
+            if not cands and vector is not None:
+                cands += self.store.search_vector(vector, MAX_PASSAGES, only)
+            if not cands:
+                rows = self.store.rows(
+                    ChunkFilter(paths=[path], where="ordinal = 0"), RESULT_COLUMNS
+                )
+                cands += [candidate(row, 0.0) for row in rows]
+        return {
+            path: [Passage(**_view(one, query), score=one.score) for one in cands]
+            for path, cands in found.items()
+        }
 
-    def _encode_beside(self, query: str, overlap: bool) -> Future[Any]:
-        """The query's vector, encoded on the Retriever's query thread while the caller goes on
-        (`overlap`; else here and now, as a finished future)."""
-        encoder = self._own_encoder()
+    def _beside(self, work: Callable[[], _T], overlap: bool = True) -> Future[_T]:
+        """`work` run on the Retriever's query thread while the caller goes on (`overlap`;
+        else here and now, as a finished future)."""
         if not (overlap and OVERLAP_ENCODING):
-            done: Future[Any] = Future()
-            done.set_result(encoder.encode_queries([query])[0])
+            done: Future[_T] = Future()
+            done.set_result(work())
             return done
         if self._query_thread is None:
             self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="docsearch-query")
-        return self._query_thread.submit(lambda: encoder.encode_queries([query])[0])
+        return self._query_thread.submit(work)
 
     def _usable_mode(self, mode: str) -> str:
         if not isinstance(mode, str) or mode not in MODES:
@@ -702,27 +737,43 @@ class Retriever:
         """BM25 candidates, with chunks containing the query's identifiers verbatim lifted to
         the top (their raw_score stays the true BM25)."""
         version = self._serving()
-        return version._lift(query, version.store.search_text(query, limit, where), limit, where)
+        phrases = version._phrases_beside(query, limit, where)
+        return _lift(query, version.store.search_text(query, limit, where), phrases.result(), limit)
 
-    def _lift(
-        self, query: str, found: list[Candidate], limit: int, where: ChunkFilter | None
-    ) -> list[Candidate]:
+    def _phrases_beside(
+        self, query: str, limit: int, where: ChunkFilter | None
+    ) -> Future[list[Candidate]]:
+        """The chunks holding the query's identifiers verbatim, searched on the query thread.
+        One full-text query for all of them: a 200-word query held up to 9 identifiers, and a
+        phrase search each cost the lexical leg up to 9 extra searches."""
         idents = identifiers(query)
         if not idents:
-            return found
-        by_id = {one.chunk_id: one for one in found}
-        matched: Counter[str] = Counter()
-        # One full-text query for all of them: a 200-word query held up to 9 identifiers, and
-        # a phrase search each cost the lexical leg up to 9 extra searches.
-        for one in self.store.search_phrases(idents, limit, where):
-            text = one.text.lower()
-            held = sum(ident.lower() in text for ident in idents)  # the index drops "a", "(", ...
-            if held:
-                matched[one.chunk_id] += held
-                by_id.setdefault(one.chunk_id, one)
-        lift = max((one.score for one in by_id.values()), default=0.0) + 1.0
-        lifted = [replace(c, score=c.score + lift * matched[c.chunk_id]) for c in by_id.values()]
-        return sorted(lifted, key=lambda one: -one.score)[:limit]
+            return self._beside(list, overlap=False)
+        return self._beside(lambda: self.store.search_phrases(idents, limit, where))
+
+
+def _lift(
+    query: str, found: list[Candidate], phrased: list[Candidate], limit: int
+) -> list[Candidate]:
+    """`found` with the chunks of `phrased` that hold the query's identifiers verbatim lifted
+    above all others, by how many of them they hold."""
+    idents = identifiers(query)
+    if not idents:
+        return found
+    by_id = {one.chunk_id: one for one in found}
+    matched: Counter[str] = Counter()
+    for one in phrased:
+        text = one.text.lower()
+        held = sum(ident.lower() in text for ident in idents)  # the index drops "a", "(", ...
+        if held:
+            matched[one.chunk_id] += held
+            by_id.setdefault(one.chunk_id, one)
+    lift = max((one.score for one in by_id.values()), default=0.0) + 1.0
+    lifted = [
+        replace(c, score=c.score + lift * matched[c.chunk_id]) if c.chunk_id in matched else c
+        for c in by_id.values()
+    ]
+    return sorted(lifted, key=lambda one: -one.score)[:limit]
 
 
 def open_index(collection: str | None = None, *, db: str | None = None) -> Retriever:

@@ -24,7 +24,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +56,10 @@ EXPLAIN_TERMS = 10  # shared key terms a result shows, and that pick its passage
 MAX_PAIRS = 3  # passage pairs a result shows when both documents have vectors
 PAIR_SHARE = 0.75  # ... each at least this share of the best pair's cosine
 K1, B = 1.2, 0.75  # the query document's term weights (BM25's usual values)
+# A query document outside the collection is embedded through at most this many of its
+# chunks, spread evenly over it (always the first and the last): a 10k-word case is 60 MiniLM
+# chunks, 2.3 s to embed on 2 cores (benchmarks/similar_dense.py, results/similar.md).
+MAX_QUERY_CHUNKS = 16
 STATS_FORMAT = 1  # of the kept word statistics: bump when `words` splits text differently
 
 log = logging.getLogger(__name__)
@@ -165,7 +169,32 @@ class QueryDocument:
     chunks: Sequence[ChunkView]
     doc_id: str | None = None
     vector: np.ndarray | None = None
-    chunk_vectors: np.ndarray | None = None  # (chunks, dim), in the order of `chunks`
+    chunk_vectors: np.ndarray | None = None  # (embedded chunks, dim), in the order of `embedded`
+    embedded: Sequence[ChunkView] = ()  # the chunks `chunk_vectors` has a row for
+
+    @property
+    def needs_vectors(self) -> bool:
+        """A document from outside the collection, not embedded yet (see `embed`)."""
+        return self.doc_id is None and self.chunk_vectors is None
+
+    def embed(self, encoder: Encoder) -> QueryDocument:
+        """This document with the vectors of (a spread of at most MAX_QUERY_CHUNKS of) its
+        chunks and their normalised mean, as its doc-mean vector."""
+        picked = [self.chunks[i] for i in spread(len(self.chunks), MAX_QUERY_CHUNKS)]
+        vectors = np.asarray(encoder.encode_documents([c.text for c in picked]), np.float32)
+        total = vectors.sum(axis=0, dtype=np.float64)  # as the docs table's mean is made
+        vector = (total / max(float(np.linalg.norm(total)), 1e-12)).astype(np.float32)
+        return replace(self, vector=vector, chunk_vectors=vectors, embedded=picked)
+
+
+def spread(count: int, limit: int) -> list[int]:
+    """`limit` indices of `range(count)` spread evenly from the first to the last (all of
+    them when there are no more than `limit`)."""
+    if count <= limit:
+        return list(range(count))
+    if limit == 1:
+        return [0]
+    return sorted({round(i * (count - 1) / (limit - 1)) for i in range(limit)})
 
 
 @dataclass(frozen=True)
@@ -180,8 +209,9 @@ def query_document(
     store: Store, source: str | Path | Document | InCollection, encoder: Encoder | None
 ) -> QueryDocument:
     """`source` as a QueryDocument: a Document (already extracted), a file (in the collection
-    or not), the path or doc id of a document of the collection, or an InCollection. `encoder`
-    (None: lexical only) embeds a document the collection does not hold."""
+    or not), the path or doc id of a document of the collection, or an InCollection. With an
+    `encoder` (None: lexical only), a document of the collection comes with its stored vectors;
+    one from outside is chunked as the collection was, to be embedded (`QueryDocument.embed`)."""
     from docsearch.indexer.extract import Document, extract
 
     if isinstance(source, Document):
@@ -222,7 +252,7 @@ def _stored(store: Store, names: Sequence[str], with_vector: bool) -> QueryDocum
     row = rows[0]
     views, vectors = document_chunks(store, [row["doc_id"]], with_vector)[row["doc_id"]]
     vector = np.asarray(row["vector"], dtype=np.float32) if with_vector else None
-    return QueryDocument(row["path"], row["text"], views, row["doc_id"], vector, vectors)
+    return QueryDocument(row["path"], row["text"], views, row["doc_id"], vector, vectors, views)
 
 
 def document_chunks(
@@ -243,25 +273,17 @@ def document_chunks(
 
 
 def _outside(store: Store, doc: Document, encoder: Encoder | None) -> QueryDocument:
-    """A document the collection does not hold, chunked as the collection was (and embedded
-    with its encoder when one is given)."""
+    """A document the collection does not hold, chunked as the collection was (by the
+    encoder's tokens; by words without one)."""
     from docsearch.indexer.chunk import ChunkerSettings
     from docsearch.indexer.collection import make_chunker
     from docsearch.indexer.pipeline import chunk_rows
-    from docsearch.indexer.store import document_rows
 
     chunker = make_chunker(encoder, ChunkerSettings(**store.meta.chunker))
     rows = chunk_rows(doc, chunker.chunk(doc), file_sha="")
     if not rows or not words(doc.text):
         raise UsageError(f"the query document {doc.path} has no words to compare")
-    vector = vectors = None
-    if encoder is not None:
-        vectors = np.asarray(encoder.encode_documents([row["text"] for row in rows]), np.float32)
-        for row, one in zip(rows, vectors, strict=True):
-            row["vector"] = one
-        vector = np.asarray(document_rows(rows)[0]["vector"], dtype=np.float32)
-    views = [chunk_view(row) for row in rows]
-    return QueryDocument(doc.path, doc.text, views, vector=vector, chunk_vectors=vectors)
+    return QueryDocument(doc.path, doc.text, [chunk_view(row) for row in rows])
 
 
 def chunk_view(row: Mapping[str, Any]) -> ChunkView:

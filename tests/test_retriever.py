@@ -7,7 +7,7 @@ import pytest
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion, blend, ranks
 from docsearch.indexer.filters import ChunkFilter
-from docsearch.retriever import Retriever
+from docsearch.retriever import MAX_PASSAGES, Retriever
 from tests.helpers import index_samples
 
 
@@ -193,30 +193,59 @@ def test_a_hit_carries_its_snippet_with_offsets_and_the_old_json(samples_db: str
     assert {"text", "path", "chunk_id", "doc_id", "score", "scores"} <= shown.keys()
 
 
-def test_hybrid_encodes_the_query_beside_the_lexical_legs(
+def test_hybrid_encodes_the_query_and_searches_phrases_and_documents_beside_the_chunk_bm25(
     samples_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The query vector comes from the Retriever's query thread; the ranking is the one the
-    same search gives with the encoding done first."""
+    """The query vector, the identifiers' phrase search and whole-document BM25 come from the
+    Retriever's query thread; the ranking is the one the same search gives with all of them
+    done one after the other on the caller's thread."""
     import threading
 
     from docsearch import retriever as module
 
     retriever = Retriever("samples", db=samples_db)
-    encoder = retriever.encoder()
-    threads: list[str] = []
-    real = encoder.encode_queries
+    encoder, store = retriever.encoder(), retriever.store
+    threads: dict[str, list[str]] = {}
 
-    def recorded(texts):  # type: ignore[no-untyped-def]
-        threads.append(threading.current_thread().name)
-        return real(texts)
+    def recorded(owner: object, name: str) -> None:
+        real = getattr(owner, name)
 
-    monkeypatch.setattr(encoder, "encode_queries", recorded)
-    query = "motor stall error code E-MOT-21"
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            threads.setdefault(name, []).append(threading.current_thread().name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, call)
+
+    recorded(encoder, "encode_queries")
+    for name in ("search_phrases", "search_documents_text", "search_text"):
+        recorded(store, name)
+    query = "motor stall error code E-MOT-21"  # short (dense legs weighed), one identifier
     beside = retriever.search(query, k=5)
+    for name in ("encode_queries", "search_phrases", "search_documents_text"):
+        assert [t.split("_")[0] for t in threads[name]] == ["docsearch-query"], name
+    assert threads["search_text"][0] == "MainThread"
     monkeypatch.setattr(module, "OVERLAP_ENCODING", False)
+    threads.clear()
     first = retriever.search(query, k=5)
-    assert threads[0].startswith("docsearch-query") and threads[1] == "MainThread"
-    assert [(h.doc_id, h.score, h.scores) for h in beside] == [
-        (h.doc_id, h.score, h.scores) for h in first
+    assert {t for names in threads.values() for t in names} == {"MainThread"}
+    assert [(h.doc_id, h.score, h.scores, h.passages) for h in beside] == [
+        (h.doc_id, h.score, h.scores, h.passages) for h in first
     ]
+
+
+def test_documents_no_chunk_pool_reached_get_the_passages_a_search_within_each_finds(
+    samples_db: str,
+) -> None:
+    """One full-text search over all of them picks what a search per document would."""
+    retriever = Retriever("samples", db=samples_db)
+    query = "confidential information supplier patient pump agreement"
+    paths = sorted({c.path for c in retriever.store.search_text(query, 100, None)})
+    assert len(paths) >= 4
+    together = retriever._passages_of(paths, query, None)
+    assert set(together) == set(paths)
+    for path in paths:
+        alone = retriever.store.search_text(query, MAX_PASSAGES, ChunkFilter(paths=[path]))
+        assert [p.chunk_id for p in together[path]] == [c.chunk_id for c in alone], path
+        assert [p.score for p in together[path]] == pytest.approx([c.score for c in alone])
+    shown = retriever._passages_of(["/nowhere/at/all.txt", paths[0]], query, None)
+    assert shown["/nowhere/at/all.txt"] == [] and shown[paths[0]] == together[paths[0]]

@@ -21,6 +21,7 @@ from docsearch.app.cli import app
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion
 from docsearch.indexer.store import cache_file, drop_collection
+from docsearch import similar
 from docsearch.retriever import Retriever
 from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats, words
 from tests.helpers import index_into, make_docx, make_pdf, running_as_root, scan_image
@@ -129,6 +130,47 @@ def test_a_long_file_outside_the_collection_is_embedded_and_not_capped(
     hits = Retriever("c", db=db).similar(str(query), k=2, mode=mode)
     assert set(_paths(hits)) == {"report.md", "report_copy.txt"}
     assert "doc_dense" in hits[0].scores
+
+
+def test_a_long_query_document_is_embedded_through_an_even_spread_of_its_chunks(
+    collection: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, db = collection
+    monkeypatch.setattr(similar, "MAX_QUERY_CHUNKS", 3)
+    retriever = Retriever("c", db=db)
+    encoder = retriever.encoder()
+    embedded: list[list[str]] = []
+    real = encoder.encode_documents
+
+    def recorded(texts):  # type: ignore[no-untyped-def]
+        embedded.append(list(texts))
+        return real(texts)
+
+    monkeypatch.setattr(encoder, "encode_documents", recorded)
+    source = _write(tmp_path / "long.txt", "txt", PUMP * 6)
+    query = similar.query_document(retriever.store, str(source), encoder)
+    assert query.needs_vectors and len(query.chunks) > 3
+    done = query.embed(encoder)
+    picked = [c.ordinal for c in done.embedded]
+    assert picked[0] == 0 and picked[-1] == len(query.chunks) - 1 and len(picked) == 3
+    assert embedded == [[c.text for c in done.embedded]]  # only the spread was encoded
+    assert done.chunk_vectors is not None and done.vector is not None
+    mean = done.chunk_vectors.mean(axis=0)
+    np.testing.assert_allclose(done.vector, mean / np.linalg.norm(mean), atol=1e-6)
+    hits = retriever.similar(str(source), k=2, mode="vector")
+    assert set(_paths(hits)) == {"report.md", "report_copy.txt"}
+    shown = {c.chunk_id for c in done.embedded}
+    assert all(pair.query.chunk_id in shown for hit in hits for pair in hit.pairs)
+
+
+def test_spread_keeps_the_ends_and_never_more_than_asked() -> None:
+    assert similar.spread(4, 16) == [0, 1, 2, 3]
+    assert similar.spread(60, 16)[:1] == [0] and similar.spread(60, 16)[-1] == 59
+    for count in range(1, 80):
+        for limit in (1, 2, 5, 16):
+            picked = similar.spread(count, limit)
+            assert len(picked) == min(count, limit) and picked == sorted(set(picked))
+            assert all(0 <= i < count for i in picked)
 
 
 def test_word_statistics_follow_the_collection(tmp_path: Path) -> None:
