@@ -88,8 +88,10 @@ def index(
     """
     from docsearch.app.progress import ConsoleProgress
     from docsearch.config import Settings
-    from docsearch.indexer import service
+    from docsearch.indexer import heap, service
     from docsearch.indexer.store import read_versions, validate_name
+
+    heap.limit_arenas()  # before torch, Lance and the extraction start their threads
 
     chosen = _engine(engine, address, workers)
     if device and chosen.embeds_here:  # Ray actors check the device on their own nodes

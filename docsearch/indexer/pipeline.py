@@ -49,6 +49,7 @@ from docsearch.errors import ExtractionError
 from docsearch.indexer.chunk import Chunk, Chunker
 from docsearch.indexer.extract import Document, Limits, open_limited, ranges, read_limited
 from docsearch.indexer.extract_process import extract_guarded
+from docsearch.indexer.heap import release_free_memory
 from docsearch.indexer.plan import Plan, WorkItem, sha256_bytes
 from docsearch.indexer.store import DocumentBuilder, FileRecord, FileUpdate, Store
 
@@ -333,6 +334,7 @@ def embed_rows(
         checkpoint.begin()
     for batch in token_batches(lengths, budget):
         vectors[batch] = encoder.encode_documents([fresh[i]["text"] for i in batch])
+        release_free_memory()  # each batch pads to its own shape: free blocks of every size
         if progress:
             progress.embedded(len(batch), sum(lengths[i] for i in batch))
         if checkpoint:
@@ -478,6 +480,7 @@ class Indexer:
             budget, progress = job.token_budget, job.progress
             embed_rows(rows, job.encoder, job.store, job.report, budget, progress, self.checkpoint)
         self.store.commit([outcome.update(file_rows) for outcome, file_rows in self._pending])
+        release_free_memory()  # the group's rows, batches and write buffers are free now
         self.report.chunks_written += len(rows)
         self._last_commit = time.monotonic()
         if self.checkpoint and self.checkpoint.used:  # committed vectors need no checkpoint
@@ -511,6 +514,7 @@ class StreamedFile:
             embed_rows(rows, job.encoder, job.store, job.report, budget, progress, self.checkpoint)
         self.fragments += job.store.write_fragments(rows, documents=[])
         self.document.add(rows)
+        release_free_memory()
         job.report.chunks_written += len(rows)
         self.groups += 1
 
@@ -518,6 +522,7 @@ class StreamedFile:
         store = self.job.store
         self.fragments += store.write_fragments([], documents=[self.document.row()])
         store.commit([outcome.update([])], fragments=self.fragments)
+        release_free_memory()
         if self.checkpoint and self.checkpoint.used:
             # Its vectors are committed; the checkpoint held nothing else this run still needs
             # (the files before it are committed, the ones after it not yet embedded).
