@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from docsearch import similar
 from docsearch.app.cli import app
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion
 from docsearch.indexer.store import cache_file, drop_collection
-from docsearch import similar
 from docsearch.retriever import Retriever
 from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats, words
 from tests.helpers import index_into, make_docx, make_pdf, running_as_root, scan_image
