@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import math
+import random
 import re
 import statistics
 import time
@@ -101,21 +102,73 @@ def bm25_baseline(rset: RetrievalSet, k1: float = 0.9, b: float = 0.4) -> dict[s
     return run
 
 
-def similar_runs(index: EvalIndex, encoder: Any, rules: dict[str, tuple[str, Fusion]]) -> dict:  # type: ignore[type-arg]
-    """rule name -> (mode, fusion) -> scored over the sample's queries."""
+def similar_runs(
+    index: EvalIndex,
+    encoder: Any,
+    rules: dict[str, tuple[str, Fusion]],
+    halves: dict[str, list[str]] | None = None,
+) -> dict:  # type: ignore[type-arg]
+    """rule name -> (mode, fusion) -> scored over the sample's queries (and over each of
+    `halves`, under "halves")."""
     from docsearch.retriever import Retriever
 
     retriever = Retriever(index.name, db=index.db, encoder=encoder)
     docs = {q: build_document(q, "", [t]) for q, t in index.rset.queries.items()}
     out = {}
     for name, (mode, rule) in rules.items():
+        began = time.perf_counter()
         run = {
             q: [h.path for h in retriever.similar(d, k=100, mode=mode, explain=False, rule=rule)]
             for q, d in docs.items()
         }
         means, _ = score_run(run, index.rset.qrels)
+        for half, ids in (halves or {}).items():
+            part = score_run({q: run[q] for q in ids}, {q: index.rset.qrels[q] for q in ids})
+            means.setdefault("halves", {})[half] = part[0]
         out[name] = means
-        print(name, json.dumps(means), flush=True)
+        print(name, round(time.perf_counter() - began), "s", json.dumps(means), flush=True)
+    return out
+
+
+def seeded_halves(rset: RetrievalSet, seed: int = 0) -> dict[str, list[str]]:
+    """The tune / held-out halves of benchmarks/similar.py (the same seeded split)."""
+    qids = sorted(rset.queries)
+    tune = set(random.Random(seed).sample(qids, len(qids) // 2))
+    return {"tune": sorted(tune), "held_out": [q for q in qids if q not in tune]}
+
+
+def full_rules() -> dict[str, tuple[str, Fusion]]:
+    """What the full set measures (each rule costs minutes there): the legs, the defaults and
+    two neighbours of the hybrid default."""
+    everything = rules()
+    names = [
+        "lexical",
+        "vector: doc-mean",
+        "vector: chunk matches",
+        "vector: doc-mean + chunks",
+        "hybrid: lexical 0.5 + doc-mean 0.5",
+        "hybrid: lexical 0.5 + doc-mean 0.25 + chunks 0.25",
+        "hybrid: lexical 0.7 + doc-mean 0.15 + chunks 0.15",
+    ]
+    return {name: everything[name] for name in names}
+
+
+def cap_sweep(
+    index: EvalIndex, encoder: Any, caps: Sequence[int], halves: dict[str, list[str]]
+) -> dict[str, Any]:
+    """The shipped vector and hybrid rules with the query document embedded through at most
+    `cap` of its chunks (similar.MAX_QUERY_CHUNKS; 0: all of them)."""
+    from docsearch import similar
+
+    shipped = {mode: (mode, SIMILAR_RULES[mode]) for mode in ("vector", "hybrid")}
+    kept, out = similar.MAX_QUERY_CHUNKS, {}
+    try:
+        for cap in caps:
+            similar.MAX_QUERY_CHUNKS = cap or 1_000_000
+            scored = similar_runs(index, encoder, shipped, halves)
+            out[str(cap)] = scored
+    finally:
+        similar.MAX_QUERY_CHUNKS = kept
     return out
 
 
@@ -201,7 +254,16 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--skip-latency", action="store_true", help="Quality only.")
     parser.add_argument("--latency-only", action="store_true", help="Add latency to the json.")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="The whole set (every query and document): fewer rules, scored on the seeded "
+        "halves too, a sweep of the query-chunk cap; writes results/similar_full.json.",
+    )
+    parser.add_argument("--caps", type=int, nargs="*", default=[8, 16, 32, 0])
     args = parser.parse_args()
+    if args.full:
+        args.queries, args.docs = 10**6, 10**6
     rset = sample(args.data, args.queries, args.docs, args.seed)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
@@ -217,11 +279,14 @@ def main() -> None:
                 remembering.save()
                 print(qid, remembering.fresh, flush=True)
             return
-        out = HERE / "results" / "similar_dense.json"
+        out = HERE / "results" / ("similar_full.json" if args.full else "similar_dense.json")
         result = json.loads(out.read_text()) if args.latency_only else {}
+        halves = seeded_halves(rset) if args.full else None
         if not args.latency_only:
             print("query vectors:", len(remembering.known), flush=True)
-            scored = similar_runs(index, remembering, rules())
+            scored = similar_runs(
+                index, remembering, full_rules() if args.full else rules(), halves
+            )
             baseline, _ = score_run(bm25_baseline(rset), rset.qrels)
             print("bm25", json.dumps(baseline), flush=True)
             result = {
@@ -235,6 +300,11 @@ def main() -> None:
                 "baseline_bm25_whole_document": baseline,
                 "rules": scored,
             }
+            if halves is not None:
+                result["caps"] = cap_sweep(index, remembering, args.caps, halves)
+                from docsearch.similar import MAX_QUERY_CHUNKS
+
+                result["max_query_chunks"] = MAX_QUERY_CHUNKS
         if not args.skip_latency:
             result |= measure_latency(index, rset, args.latency_queries)
     out.write_text(json.dumps(result, indent=2) + "\n")
