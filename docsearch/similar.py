@@ -58,7 +58,9 @@ PAIR_SHARE = 0.75  # ... each at least this share of the best pair's cosine
 K1, B = 1.2, 0.75  # the query document's term weights (BM25's usual values)
 # A query document outside the collection is embedded through at most this many of its
 # chunks, spread evenly over it (always the first and the last): a 10k-word case is 60 MiniLM
-# chunks, 2.3 s to embed on 2 cores (benchmarks/similar_dense.py, results/similar.md).
+# chunks, 2.3 s to embed on 2 cores. The smallest cap whose hybrid nDCG@10 on the tune half
+# of irled2017-precedent stayed within 0.005 of embedding every chunk (8: -0.0054, 16: +0.0007,
+# 32: +0.0025; benchmarks/similar_dense.py --full, results/similar.md).
 MAX_QUERY_CHUNKS = 16
 STATS_FORMAT = 1  # of the kept word statistics: bump when `words` splits text differently
 
