@@ -379,10 +379,12 @@ def evaluate_dataset(
     settings: Settings | None = None,
     progress: ProgressSink | None = None,
     similar: bool = False,
+    cache: str | Path | None = None,
 ) -> list[EvalResult]:
-    """Index `rset` once into a temporary store (settings as for `EvalIndex`), search it in
-    `mode`, or in every mode the index answers when `mode` is "all" (one index, one embedding
-    pass), and score each run (`similar`: each query read as a document)."""
+    """Index `rset` once into a temporary store (settings as for `EvalIndex`; kept in `cache`
+    and reused from there, when given), search it in `mode`, or in every mode the index
+    answers when `mode` is "all" (one index, one embedding pass), and score each run
+    (`similar`: each query read as a document)."""
     from docsearch.indexer.collection import LEXICAL_ONLY
 
     every = mode == "all"
@@ -390,7 +392,7 @@ def evaluate_dataset(
         mode = "lexical" if encoder == LEXICAL_ONLY else None
     encoder, mode = default_mode(encoder, mode)
     with EvalIndex(
-        rset, encoder=encoder, options=options, settings=settings, progress=progress
+        rset, encoder=encoder, options=options, settings=settings, progress=progress, cache=cache
     ) as index:
         if index.encoder is None and mode != "lexical":
             log.warning("no encoder could be loaded; evaluating lexical search instead")

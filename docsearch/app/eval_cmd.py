@@ -60,12 +60,20 @@ def eval_command(
             "--similar", help="Read each query as a document: search as `docsearch similar`."
         ),
     ] = False,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the index in this folder, named by the corpus, encoder and chunking, and "
+            "search it there next time instead of indexing again.",
+            file_okay=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Score search on a labelled dataset: nDCG@10, Recall@10, Recall@100, MRR@10.
 
-    Indexes the corpus into a temporary collection with the real pipeline, runs the queries and
-    scores documents as search ranks them. With spans.jsonl (CUAD) it also reports how often a
+    Indexes the corpus into a temporary collection (or one kept in --cache) with the real
+    pipeline, runs the queries and scores documents as search ranks them. With spans.jsonl (CUAD) it also reports how often a
     top-k passage overlaps the answer. `--similar` reads each query as a whole document
     (irled2017-precedent: a case, to find the prior cases it cites). `--mode lexical` without
     --encoder needs no model (SciFact: about a minute on 2 cores).
@@ -86,6 +94,7 @@ def eval_command(
             settings=settings,
             progress=progress,
             similar=similar,
+            cache=cache,
         )
     if as_json:  # one mode: its result, as before; several: a list, one per mode
         data = [r.as_dict() for r in results]

@@ -121,3 +121,27 @@ def test_cli_eval_mode_all_prints_a_result_per_mode(monkeypatch: pytest.MonkeyPa
     assert [r["mode"] for r in json.loads(out.stdout)] == ["hybrid", "vector", "lexical"]
     text = CliRunner().invoke(_app(), ["eval", str(TINY), "--mode", "all"]).stdout
     assert text.count("mode: ") == 3
+
+
+def test_cli_eval_cache_keeps_the_index_and_searches_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCSEARCH_ENCODER", "hashing")
+    args = ["eval", str(TINY), "--mode", "all", "--json", "--cache", str(tmp_path / "kept")]
+    first = CliRunner().invoke(_app(), args)
+    assert first.exit_code == 0, first.output
+    assert any(p.name.endswith("__chunks.lance") for p in (tmp_path / "kept").iterdir())
+
+    def no_indexing(*_: object, **__: object) -> None:
+        raise AssertionError("indexed again")
+
+    monkeypatch.setattr("docsearch.indexer.service.index_documents", no_indexing)
+    again = CliRunner().invoke(_app(), args)
+    assert again.exit_code == 0, again.output
+    kept = ("mode", "metrics", "chunks", "index_seconds")  # the same index, the same scores
+    assert [{k: r[k] for k in kept} for r in json.loads(again.stdout)] == [
+        {k: r[k] for k in kept} for r in json.loads(first.stdout)
+    ]
+    (tmp_path / "file").write_text("x")
+    bad = CliRunner().invoke(_app(), [*args[:-1], str(tmp_path / "file")])
+    assert bad.exit_code == 2
