@@ -281,6 +281,17 @@ def full_section() -> list[str]:
         _halves_row(f"**{name}** (the default)" if name in SHIPPED else name, metrics)
         for name, metrics in full["rules"].items()
     ]
+    check = full.get("cli_check")
+    if check:
+        figures = ", ".join(
+            f"{mode} {run['metrics']['ndcg@10']:.4f} ({run['search_seconds']} s of search)"
+            for mode, run in check["results"].items()
+        )
+        lines += [
+            "",
+            f"The product command on the same kept index, `{check['command']}`, printed nDCG@10 "
+            f"{figures}.",
+        ]
     caps = full.get("caps", {})
     if caps:
         lines += [

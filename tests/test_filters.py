@@ -111,7 +111,7 @@ def test_query_cleaning_keeps_real_characters_and_joins_surrogate_pairs() -> Non
 def test_identifiers_are_distinct_and_capped() -> None:
     query = "Section 7.2(a) or 7.2(A) " + " ".join(f"{i}.{i}" for i in range(40))
     found = identifiers(query)
-    assert found[:2] == ["7.2(a)", "0.0"] and len(found) == MAX_IDENTIFIERS
+    assert found[:2] == ("7.2(a)", "0.0") and len(found) == MAX_IDENTIFIERS
 
 
 # -- searches ---------------------------------------------------------------------------------
