@@ -262,15 +262,21 @@ def document_chunks(
 ) -> dict[str, tuple[list[ChunkView], np.ndarray | None]]:
     """doc_id -> its chunks in reading order, and their vectors (one row each) when asked for;
     one read for all of `doc_ids`."""
-    columns = [*RESULT_COLUMNS, *(["vector"] if with_vectors else [])]
-    by_doc: dict[str, list[dict[str, Any]]] = {}
-    for row in store.rows(sql_in("doc_id", doc_ids), columns) if doc_ids else []:
-        by_doc.setdefault(row["doc_id"], []).append(row)
+    if not doc_ids:
+        return {}
+    where = sql_in("doc_id", doc_ids)
+    if with_vectors:
+        rows, all_vectors = store.rows_and_vectors(where, RESULT_COLUMNS)
+    else:
+        rows, all_vectors = store.rows(where, RESULT_COLUMNS), None
+    by_doc: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_doc.setdefault(row["doc_id"], []).append(i)
     out = {}
-    for doc, rows in by_doc.items():
-        rows.sort(key=lambda row: row["ordinal"])
-        vectors = np.asarray([r["vector"] for r in rows], np.float32) if with_vectors else None
-        out[doc] = ([chunk_view(r) for r in rows], vectors)
+    for doc, at in by_doc.items():
+        at.sort(key=lambda i: rows[i]["ordinal"])
+        vectors = all_vectors[at] if all_vectors is not None else None
+        out[doc] = ([chunk_view(rows[i]) for i in at], vectors)
     return out
 
 

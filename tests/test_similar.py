@@ -426,3 +426,16 @@ def test_eval_similar_reads_each_query_as_a_document(tmp_path: Path) -> None:
     scored = json.loads(result.output[result.output.index("{") :])
     assert scored["mode"] == "similar lexical"
     assert scored["metrics"]["ndcg@10"] == pytest.approx(1.0)
+
+
+def test_rows_and_vectors_read_the_rows_and_vectors_that_rows_reads(
+    collection: tuple[Path, str],
+) -> None:
+    _, db = collection
+    store = Retriever("c", db=db).store
+    where = "ordinal >= 0"
+    rows, vectors = store.rows_and_vectors(where, ["id", "doc_id", "ordinal"])
+    plain = store.rows(where, ["id", "doc_id", "ordinal", "vector"])
+    assert vectors.dtype == np.float32 and vectors.shape == (len(plain), len(plain[0]["vector"]))
+    assert rows == [{k: v for k, v in row.items() if k != "vector"} for row in plain]
+    np.testing.assert_array_equal(vectors, np.asarray([r["vector"] for r in plain], np.float32))
