@@ -41,6 +41,20 @@ SHIPPED = {
 }
 
 
+def seeded_halves(qids: list[str], seed: int) -> dict[str, list[str]]:
+    """The tune / held-out halves of the queries `qids` (sorted), split by `seed`."""
+    tune = set(random.Random(seed).sample(qids, len(qids) // 2))
+    return {"tune": sorted(tune), "held_out": [q for q in qids if q not in tune]}
+
+
+def score_halves(run, qrels, halves: dict[str, list[str]]) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
+    """The mean metrics of `run` over each half's queries."""
+    return {
+        half: score_run({q: run[q] for q in ids}, {q: qrels[q] for q in ids})[0]
+        for half, ids in halves.items()
+    }
+
+
 def query_text(terms: list[tuple[str, float]], weighted: bool) -> str:
     """The product's query (each term written in proportion to its weight), or each once."""
     return lexical_query(terms) if weighted else " ".join(t for t, _ in terms)
@@ -60,10 +74,7 @@ def sweep(store, stats: TermStats, queries: dict[str, str], qrels, halves) -> li
                 ]
                 for qid, terms in ranked.items()
             }
-            row = {"cap": cap, "weighted": weighted}
-            for half, qids in halves.items():
-                means, _ = score_run({q: run[q] for q in qids}, {q: qrels[q] for q in qids})
-                row[half] = means
+            row = {"cap": cap, "weighted": weighted} | score_halves(run, qrels, halves)
             rows.append(row)
             print(json.dumps(row))
     return rows
@@ -127,8 +138,7 @@ def main() -> None:
 
     rset = load_dataset(args.data, "all")
     qids = sorted(rset.queries)
-    tune = set(random.Random(args.seed).sample(qids, len(qids) // 2))
-    halves = {"tune": sorted(tune), "held_out": [q for q in qids if q not in tune]}
+    halves = seeded_halves(qids, args.seed)
     with EvalIndex(rset, encoder="none", cache=args.cache) as index:
         retriever = index.retriever()
         started = time.perf_counter()
@@ -141,10 +151,7 @@ def main() -> None:
             q: [h.path for h in retriever.similar(d, k=100, explain=False)] for q, d in docs.items()
         }
         means, per_query = score_run(run, rset.qrels)
-        halves_scored = {
-            half: score_run({q: run[q] for q in ids}, {q: rset.qrels[q] for q in ids})[0]
-            for half, ids in halves.items()
-        }
+        halves_scored = score_halves(run, rset.qrels, halves)
         latency = {}
         for qid, doc in docs.items():
             began = time.perf_counter()
@@ -249,6 +256,18 @@ def _halves_row(name: str, metrics: dict[str, Any]) -> str:
     return f"| {name} | {' | '.join(cells)} |"
 
 
+def _latency_table(latency: dict[str, dict[str, float]], embedding: str) -> list[str]:
+    """p50 per mode, with the share spent embedding the query document (`embedding`: its
+    column's heading) and the rest."""
+    lines = [f"| mode | p50 s | {embedding} | the rest |", "|---|---|---|---|"]
+    for mode, timed in latency.items():
+        lines.append(
+            f"| {mode} | {timed['p50_s']:.2f} | {timed['p50_embedding_s']:.2f} | "
+            f"{timed['p50_rest_s']:.2f} |"
+        )
+    return lines
+
+
 def full_section() -> list[str]:
     """Dense and hybrid on the whole set (benchmarks/similar_dense.py --full)."""
     path = HERE / "results" / "similar_full.json"
@@ -319,14 +338,8 @@ def full_section() -> list[str]:
             "hybrid the embedding runs beside the lexical leg, so 'the rest' (total minus "
             "embedding) overstates what follows it:",
             "",
-            "| mode | p50 s | embedding the query document | the rest |",
-            "|---|---|---|---|",
+            *_latency_table(full["latency"], "embedding the query document"),
         ]
-        for mode, timed in full["latency"].items():
-            lines.append(
-                f"| {mode} | {timed['p50_s']:.2f} | {timed['p50_embedding_s']:.2f} | "
-                f"{timed['p50_rest_s']:.2f} |"
-            )
     return [*lines, ""]
 
 
@@ -367,14 +380,8 @@ def dense_section() -> list[str]:
         f"Latency on the subsample: the {len(dense['latency_query_words'])} queries nearest 10k "
         f"words ({words_at} words), k=10 with explanations, each query document embedded afresh:",
         "",
-        "| mode | p50 s | of which embedding the query document | the rest |",
-        "|---|---|---|---|",
+        *_latency_table(dense["latency"], "of which embedding the query document"),
     ]
-    for mode, timed in dense["latency"].items():
-        lines.append(
-            f"| {mode} | {timed['p50_s']:.2f} | {timed['p50_embedding_s']:.2f} | "
-            f"{timed['p50_rest_s']:.2f} |"
-        )
     lines += [
         "",
         "These were measured before the query-chunk cap, every chunk of the query document "

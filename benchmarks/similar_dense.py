@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import json
 import math
-import random
 import re
 import statistics
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from similar import score_halves, seeded_halves
 
 from docsearch.corpora.beir import RetrievalSet
 from docsearch.evaluation import EvalIndex, load_dataset, score_run
@@ -122,19 +122,11 @@ def similar_runs(
             for q, d in docs.items()
         }
         means, _ = score_run(run, index.rset.qrels)
-        for half, ids in (halves or {}).items():
-            part = score_run({q: run[q] for q in ids}, {q: index.rset.qrels[q] for q in ids})
-            means.setdefault("halves", {})[half] = part[0]
+        if halves:
+            means["halves"] = score_halves(run, index.rset.qrels, halves)
         out[name] = means
         print(name, round(time.perf_counter() - began), "s", json.dumps(means), flush=True)
     return out
-
-
-def seeded_halves(rset: RetrievalSet, seed: int = 0) -> dict[str, list[str]]:
-    """The tune / held-out halves of benchmarks/similar.py (the same seeded split)."""
-    qids = sorted(rset.queries)
-    tune = set(random.Random(seed).sample(qids, len(qids) // 2))
-    return {"tune": sorted(tune), "held_out": [q for q in qids if q not in tune]}
 
 
 def full_rules() -> dict[str, tuple[str, Fusion]]:
@@ -281,7 +273,8 @@ def main() -> None:
             return
         out = HERE / "results" / ("similar_full.json" if args.full else "similar_dense.json")
         result = json.loads(out.read_text()) if args.latency_only else {}
-        halves = seeded_halves(rset) if args.full else None
+        # the tune / held-out split of benchmarks/similar.py, which chose the key-term cap
+        halves = seeded_halves(sorted(rset.queries), 0) if args.full else None
         if not args.latency_only:
             print("query vectors:", len(remembering.known), flush=True)
             scored = similar_runs(

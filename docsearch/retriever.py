@@ -680,12 +680,14 @@ class Retriever:
         """path -> the best passages of each document no chunk leg's pool reached: by BM25
         within them (one search for all), else by the query vector, else its opening chunk
         (its match was on words chunks do not index, such as stop words)."""
+        if not paths:
+            return {}
         found: dict[str, list[Candidate]] = {path: [] for path in paths}
         # Deep enough that each document almost always gets its passages from this one search
         # (a search per document cost 4 ms each at 100k chunks); were it filled, one that got
         # none is searched alone.
         depth = min(MAX_K, 20 * MAX_PASSAGES * len(paths))
-        together = self.store.search_text(query, depth, ChunkFilter(paths=paths)) if paths else []
+        together = self.store.search_text(query, depth, ChunkFilter(paths=paths))
         for one in together:
             if len(found[one.path]) < MAX_PASSAGES:
                 found[one.path].append(one)

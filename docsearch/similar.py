@@ -37,6 +37,7 @@ from docsearch.indexer.store import (
     ChunkView,
     Store,
     cache_file,
+    mean_vector,
     sql_in,
 )
 
@@ -184,8 +185,7 @@ class QueryDocument:
         chunks and their normalised mean, as its doc-mean vector."""
         picked = [self.chunks[i] for i in spread(len(self.chunks), MAX_QUERY_CHUNKS)]
         vectors = np.asarray(encoder.encode_documents([c.text for c in picked]), np.float32)
-        total = vectors.sum(axis=0, dtype=np.float64)  # as the docs table's mean is made
-        vector = (total / max(float(np.linalg.norm(total)), 1e-12)).astype(np.float32)
+        vector = mean_vector(vectors.sum(axis=0, dtype=np.float64), len(vectors))
         return replace(self, vector=vector, chunk_vectors=vectors, embedded=picked)
 
 

@@ -73,10 +73,10 @@ def eval_command(
     """Score search on a labelled dataset: nDCG@10, Recall@10, Recall@100, MRR@10.
 
     Indexes the corpus into a temporary collection (or one kept in --cache) with the real
-    pipeline, runs the queries and scores documents as search ranks them. With spans.jsonl (CUAD) it also reports how often a
-    top-k passage overlaps the answer. `--similar` reads each query as a whole document
-    (irled2017-precedent: a case, to find the prior cases it cites). `--mode lexical` without
-    --encoder needs no model (SciFact: about a minute on 2 cores).
+    pipeline, runs the queries and scores documents as search ranks them. With spans.jsonl
+    (CUAD) it also reports how often a top-k passage overlaps the answer. `--similar` reads each
+    query as a whole document (irled2017-precedent: a case, to find the prior cases it cites).
+    `--mode lexical` without --encoder needs no model (SciFact: about a minute on 2 cores).
     """
     from docsearch.app.progress import ConsoleProgress
     from docsearch.config import Settings

@@ -306,11 +306,17 @@ class DocumentBuilder:
         assert self._first is not None, "a document row needs at least one chunk"
         row = {**self._first, "text": "".join(self._parts), "n_chunks": self._n}
         row["page_start"], row["page_end"] = self._page_start, self._page_end
-        if self._sum is not None:  # the normalised mean of the chunk vectors
-            mean = self._sum / self._n
-            norm = float(np.linalg.norm(mean))
-            row["vector"] = (mean / norm if norm else mean).astype(np.float32).tolist()
+        if self._sum is not None:
+            row["vector"] = mean_vector(self._sum, self._n).tolist()
         return row
+
+
+def mean_vector(total: np.ndarray, count: int) -> np.ndarray:
+    """A document's vector from the (float64) sum of its `count` chunk vectors: their mean,
+    scaled to unit length (a zero mean stays zero); float32."""
+    mean = total / count
+    norm = float(np.linalg.norm(mean))
+    return (mean / norm if norm else mean).astype(np.float32)
 
 
 def whole_text(chunks: Sequence[dict[str, Any]], max_chars: int = DOC_TEXT_CHARS) -> str:
@@ -952,8 +958,9 @@ class Store:
         float32 array in the same order: read as numbers, not as lists of Python floats
         (8,700 vectors: 0.05 s instead of 0.3 s)."""
         table = self._scan_table(where, columns=[*columns, "vector"])
-        flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        vectors = np.asarray(flat, dtype=np.float32).reshape(table.num_rows, -1)
+        column = table.column("vector")
+        flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        vectors = np.asarray(flat, dtype=np.float32).reshape(table.num_rows, column.type.list_size)
         return table.drop(["vector"]).to_pylist(), vectors
 
     def vectors_for(self, text_shas: Iterable[str]) -> dict[str, np.ndarray]:
@@ -965,8 +972,8 @@ class Store:
         found: dict[str, np.ndarray] = {}
         for start in range(0, len(wanted), 500):
             where = sql_in("text_sha", wanted[start : start + 500])
-            for row in self.rows(where, ["text_sha", "vector"]):
-                found[row["text_sha"]] = np.asarray(row["vector"], dtype=np.float32)
+            rows, vectors = self.rows_and_vectors(where, ["text_sha"])
+            found.update(zip((row["text_sha"] for row in rows), vectors, strict=True))
         missing = set(wanted) - found.keys()
         if missing:
             found.update(self._pending_vectors(missing))
