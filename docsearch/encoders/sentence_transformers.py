@@ -95,11 +95,19 @@ class SentenceTransformerEncoder(HFEncoder):
         self.max_tokens = self._content_budget()
         self.tokenizer = self._info.tokenizer
 
-    def _load(self) -> Any:
-        """The fp32 model from its folder, with the token cap applied."""
-        from sentence_transformers import SentenceTransformer
+    def _load(self, *, trainable: bool = False) -> Any:
+        """The fp32 model from its folder, with the token cap applied. For inference a BERT
+        folder (MiniLM) runs in plain torch (`bert_folder`: without the ~190 MB that
+        sentence-transformers' imports keep resident); training, and any other folder, get the
+        sentence-transformers model, whose API the trainer's losses and `save` speak."""
+        from docsearch.encoders.bert_folder import load_bert_folder
 
-        model = SentenceTransformer(str(self._folder), device=self.device)
+        model: Any = None if trainable else load_bert_folder(self._folder, self.device)
+        self._trainable = model is None
+        if model is None:
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(str(self._folder), device=self.device)
         if self.max_tokens_cap:  # a cap below the model's own limit
             cap = self.max_tokens_cap
             model.max_seq_length = min(cap, model.max_seq_length or cap)
@@ -146,9 +154,12 @@ class SentenceTransformerEncoder(HFEncoder):
     @property
     def module(self) -> Any:
         """The fp32 sentence-transformers model `embed` runs: what training tunes. Once handed
-        out it may change, so encoding converts a fresh copy of it (see `_inference_model`)."""
-        if self._model is None:  # converted in place: the untouched fp32 weights, again
-            self._model = self._load()
+        out it may change, so encoding runs it too, converted afresh (see `_inference_model`)."""
+        if self._model is None or not self._trainable:
+            # Converted in place, or the plain-torch forward: the fp32 weights again, as the
+            # sentence-transformers model; encoding then runs what training changes.
+            self._model = self._load(trainable=True)
+            self._fast = None
         if self.precision != "fp32":
             self._fast = None
         return self._model
