@@ -357,13 +357,14 @@ def cuad_windows(n: int, encoder: Any) -> list[str]:
 def forward_flops(encoder: Any, padded: float) -> float:
     """FLOPs per token of a BERT forward: 2 per non-embedding weight, plus the attention
     products (QK^T and AV: 4 x hidden x padded length per layer)."""
-    module = encoder.module
-    config = module[0].auto_model.config
+    model = encoder._inference_model()  # the forward encode_documents runs (not `module`,
+    # which hands training the sentence-transformers model and moves encoding onto it)
+    config = model.layout.config
     embedding = sum(
-        p.numel() for n, p in module.named_parameters() if "embeddings" in n
+        p.numel() for n, p in model.named_parameters() if "embeddings" in n
     )  # lookups, not products
-    weights = sum(p.numel() for p in module.parameters()) - embedding
-    return 2.0 * weights + 4.0 * config.num_hidden_layers * config.hidden_size * padded
+    weights = sum(p.numel() for p in model.parameters()) - embedding
+    return 2.0 * weights + 4.0 * config["num_hidden_layers"] * config["hidden_size"] * padded
 
 
 def encoding(n_windows: int, rounds: int) -> dict[str, Any]:

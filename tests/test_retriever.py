@@ -198,7 +198,8 @@ def test_hybrid_encodes_the_query_and_searches_phrases_and_documents_beside_the_
 ) -> None:
     """The query vector, the identifiers' phrase search and whole-document BM25 come from the
     Retriever's query thread; the ranking is the one the same search gives with all of them
-    done one after the other on the caller's thread."""
+    done one after the other on the caller's thread. Ranking documents by plain BM25 needs no
+    phrase search: the chunk pool's own chunks that hold the identifier lead the passages."""
     import threading
 
     from docsearch import retriever as module
@@ -221,9 +222,13 @@ def test_hybrid_encodes_the_query_and_searches_phrases_and_documents_beside_the_
         recorded(store, name)
     query = "motor stall error code E-MOT-21"  # short (dense legs weighed), one identifier
     beside = retriever.search(query, k=5)
-    for name in ("encode_queries", "search_phrases", "search_documents_text"):
+    for name in ("encode_queries", "search_documents_text"):
         assert [t.split("_")[0] for t in threads[name]] == ["docsearch-query"], name
-    assert threads["search_text"][0] == "MainThread"
+    assert threads["search_text"][0] == "MainThread" and "search_phrases" not in threads
+    assert "E-MOT-21" in beside[0].passages[0].text
+    threads.clear()
+    retriever.search(query, k=5, granularity="passage")
+    assert [t.split("_")[0] for t in threads["search_phrases"]] == ["docsearch-query"]
     monkeypatch.setattr(module, "OVERLAP_ENCODING", False)
     threads.clear()
     first = retriever.search(query, k=5)
