@@ -3,6 +3,7 @@
     python benchmarks/peers.py [--tools docsearch,llamaindex,txtai,hand] [--rounds 3]
         [--contracts 40] [--docsearch-python PATH] [--docsearch-path DIR] [--venv DIR]
         [--threads 2] [--queries 30] [--no-search] [--out benchmarks/results] [--name peers]
+        [--docsearch-option precision=fp32]
 
 Writes benchmarks/results/peers.{json,md}. The same folder (the first `--contracts` CUAD
 contracts of ../shared/data/cuad as .txt, plus docsearch's bundled samples: PDF, DOCX, HTML, MD,
@@ -587,6 +588,8 @@ class Bench:
         if tool == "docsearch":
             cli = [self.args.docsearch_python, "-m", "docsearch.app.cli", "index", str(self.folder)]
             cmd = cli + ["--collection", COLLECTION, "--db", str(db)]
+            for option in self.args.docsearch_option:
+                cmd += ["-o", option]
             log = self.work / f"{name}.log"
             run = measured(cmd, self.ds_env, log)
             if run["rc"] not in (0, 3):
@@ -877,6 +880,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-search", action="store_true")
     parser.add_argument("--docsearch-python", default=sys.executable)
     parser.add_argument("--docsearch-path", default=str(REPO), help="put on PYTHONPATH")
+    parser.add_argument(
+        "--docsearch-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="encoder option for `docsearch index -o` (e.g. precision=fp32, what a CPU without "
+        "fast bf16 runs); repeatable",
+    )
     parser.add_argument("--venv", default=str(DEFAULT_VENV))
     parser.add_argument("--model", default="", help="model folder (default: docsearch's MiniLM)")
     parser.add_argument("--out", default=str(RESULTS))

@@ -584,8 +584,9 @@ def queries_markdown(result: dict[str, Any]) -> list[str]:
         f"- query encoder: the default MiniLM, precision {q['precision']}; query tokens "
         "(capped at the 256-token window): "
         + ", ".join(f"{kind} {n:.0f}" for kind, n in q["tokens"].items()),
-        "- hybrid, k=10, document granularity; 200-word queries carry five identifiers (one "
-        "extra phrase search); synthetic collections as above; interleaved rounds",
+        "- hybrid, k=10, document granularity; 200-word queries carry five identifiers (a "
+        "passage search looks them up in one extra phrase search, a document rule in its "
+        "BM25 pool); synthetic collections as above; interleaved rounds",
         f"- the default hybrid rule ranks a query of {q.get('long_query_words', 24)} words or "
         "more by the lexical document rule (chosen on quality: results/doclevel_length.md) and "
         "does not encode it, so for 200-word queries 'as served' has no encoding in it; "
@@ -739,10 +740,17 @@ def main() -> None:
     write(result)
 
 
+NOTES = "<!-- NOTES: text below this line is kept when the script rewrites the file -->"
+
+
 def write(result: dict[str, Any]) -> None:
+    """speed.json and speed.md; notes written under the NOTES marker in speed.md survive."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "speed.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "speed.md").write_text(markdown(result))
+    path = RESULTS / "speed.md"
+    old = path.read_text() if path.exists() else ""
+    notes = old.split(NOTES, 1)[1].lstrip("\n") if NOTES in old else ""
+    path.write_text(markdown(result) + "\n" + NOTES + "\n" + notes)
     print(markdown(result))
 
 
