@@ -258,7 +258,7 @@ class BertSentenceModel(nn.Module):
             pooled = (x * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
         if self.layout.normalize:
             pooled = nn.functional.normalize(pooled, p=2, dim=1)
-        return {"sentence_embedding": pooled, "attention_mask": mask}
+        return {"sentence_embedding": pooled}
 
 
 def load_bert_folder(folder: Path, device: str = "cpu") -> BertSentenceModel | None:
