@@ -767,14 +767,13 @@ def _lift(
     if not idents:
         return found
     by_id = {one.chunk_id: one for one in found}
-    for one in phrased:
-        by_id.setdefault(one.chunk_id, one)
     matched: Counter[str] = Counter()
-    for one in by_id.values():
+    for one in [*found, *phrased]:
         text = one.text.lower()
         held = sum(ident.lower() in text for ident in idents)  # the index drops "a", "(", ...
-        if held:
+        if held:  # a phrase hit without the identifier verbatim stays out (its score is not BM25's)
             matched[one.chunk_id] = held
+            by_id.setdefault(one.chunk_id, one)
     lift = max((one.score for one in by_id.values()), default=0.0) + 1.0
     lifted = [
         replace(c, score=c.score + lift * matched[c.chunk_id]) if c.chunk_id in matched else c

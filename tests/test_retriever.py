@@ -7,6 +7,7 @@ import pytest
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion, blend, ranks
 from docsearch.indexer.filters import ChunkFilter
+from docsearch.indexer.store import Candidate
 from docsearch.retriever import MAX_PASSAGES, Retriever
 from tests.helpers import index_samples
 
@@ -254,3 +255,26 @@ def test_documents_no_chunk_pool_reached_get_the_passages_a_search_within_each_f
         assert [p.score for p in together[path]] == pytest.approx([c.score for c in alone])
     shown = retriever._passages_of(["/nowhere/at/all.txt", paths[0]], query, None)
     assert shown["/nowhere/at/all.txt"] == [] and shown[paths[0]] == together[paths[0]]
+
+
+def _chunk(chunk_id: str, text: str, score: float) -> Candidate:
+    return Candidate(
+        text=text, path="a.txt", title="", page_start=1, page_end=1, char_start=0,
+        char_end=len(text), heading_path="", chunk_id=chunk_id, doc_id="a", ordinal=0,
+        ocr=False, score=score, raw_score=score,
+    )  # fmt: skip
+
+
+def test_the_lift_raises_pool_chunks_holding_identifiers_and_keeps_other_phrase_hits_out() -> None:
+    """Without a phrase search (a document rule) the BM25 pool's own chunks that hold an
+    identifier verbatim still come first; a phrase hit that lacks it verbatim ("7.2 (a)") is
+    not added, since its phrase score is not on the BM25 scale."""
+    from docsearch.retriever import _lift
+
+    query = "notice under section 7.2(a)"
+    found = [_chunk("plain", "notice of termination", 9.0), _chunk("held", "per 7.2(a)", 2.0)]
+    assert [c.chunk_id for c in _lift(query, found, [], 10)] == ["held", "plain"]
+    apart = _chunk("apart", "see 7.2 (a) for notice", 30.0)
+    lifted = _lift(query, found, [apart, _chunk("phrase", "clause 7.2(a)", 1.0)], 10)
+    assert [c.chunk_id for c in lifted] == ["held", "phrase", "plain"]
+    assert [c.raw_score for c in lifted] == [2.0, 1.0, 9.0]  # the true scores stay
