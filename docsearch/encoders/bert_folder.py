@@ -273,10 +273,13 @@ def load_bert_folder(folder: Path, device: str = "cpu") -> BertSentenceModel | N
     if layout.max_seq_length is None:  # the newer layout keeps it as the tokenizer's limit
         limit = min(int(tokenizer.model_max_length), int(layout.config["max_position_embeddings"]))
         layout = replace(layout, max_seq_length=limit)
-    model = BertSentenceModel(layout, tokenizer)
-    state = {k: v for k, v in load_file(str(folder / "model.safetensors")).items()
+    # Built without storage and handed the file's tensors: random initial weights cost MiniLM
+    # 150 ms of every process start, only to be overwritten.
+    with torch.device("meta"):
+        model = BertSentenceModel(layout, tokenizer)
+    state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()
              if not k.startswith(_NOT_USED_WEIGHTS)}  # fmt: skip
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if missing or unexpected:  # another BERT variant: leave it to sentence-transformers
         return None
     return model.to(device).eval()

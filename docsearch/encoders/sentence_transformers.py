@@ -106,7 +106,6 @@ class SentenceTransformerEncoder(HFEncoder):
         from docsearch.encoders.bert_folder import load_bert_folder
 
         model: Any = None if trainable else load_bert_folder(self._folder, self.device)
-        self._trainable = model is None
         if model is None:
             from sentence_transformers import SentenceTransformer
 
@@ -158,12 +157,14 @@ class SentenceTransformerEncoder(HFEncoder):
     def module(self) -> Any:
         """The fp32 sentence-transformers model `embed` runs: what training tunes. Once handed
         out it may change, so encoding runs it too, converted afresh (see `_inference_model`)."""
-        if self._model is None or not self._trainable:
+        from docsearch.encoders.bert_folder import BertSentenceModel
+
+        if self._model is None or isinstance(self._model, BertSentenceModel):
             # Converted in place, or the plain-torch forward: the fp32 weights again, as the
             # sentence-transformers model; encoding then runs what training changes.
             self._model = self._load(trainable=True)
             self._fast = None
-        if self.precision != "fp32":
+        elif self.precision != "fp32":
             self._fast = None
         return self._model
 

@@ -3,8 +3,8 @@
 An index run allocates from many threads (torch's, Lance's, the extraction thread) in blocks of
 every size (each batch pads to its own length), and glibc's allocator keeps what was freed in
 per-thread arenas: a 40-contract run grew to 1.35 GB resident, most of it free heap the process
-never used again (benchmarks/results/peers.md). Two arenas and a trim after each commit keep
-it to what is live. Where the C library is not glibc (musl, macOS) both are no-ops.
+never used again (benchmarks/results/peers.md). Two arenas and a trim after each encoder batch
+and commit keep it to what is live. Where the C library is not glibc (musl, macOS) both are no-ops.
 Not here: Python-level caches (each module bounds its own).
 """
 
