@@ -740,16 +740,14 @@ def main() -> None:
     write(result)
 
 
-NOTES = "<!-- NOTES: text below this line is kept when the script rewrites the file -->"
-
-
 def write(result: dict[str, Any]) -> None:
-    """speed.json and speed.md; notes written under the NOTES marker in speed.md survive."""
+    """speed.json and speed.md; notes written under peers.py's NOTES marker in speed.md survive."""
+    from peers import NOTES, kept_notes
+
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "speed.json").write_text(json.dumps(result, indent=2) + "\n")
     path = RESULTS / "speed.md"
-    old = path.read_text() if path.exists() else ""
-    notes = old.split(NOTES, 1)[1].lstrip("\n") if NOTES in old else ""
+    notes = kept_notes(path)
     path.write_text(markdown(result) + "\n" + NOTES + "\n" + notes)
     print(markdown(result))
 
