@@ -160,9 +160,9 @@ def collect_index(index_set: RetrievalSet, queries: list[Query], encoder: str, c
                 fts_idx.append(position[cid])
                 fts_score.append(score)
             fts_off.append(len(fts_idx))
-            for row in retriever.lexical(q.text, LIFTED_POOL, None):
-                lift_idx.append(position[row["id"]])
-                lift_score.append(row["_score"])
+            for found in retriever.lexical(q.text, LIFTED_POOL, None):
+                lift_idx.append(position[found.chunk_id])
+                lift_score.append(found.score)
             lift_off.append(len(lift_idx))
         print(
             f"  full-text: {len(queries)} queries, {time.perf_counter() - started:.0f} s",
