@@ -3,6 +3,7 @@
     python benchmarks/speed.py [--cuad-docs 40] [--sizes 10000 100000] [--queries 200]
     python benchmarks/speed.py --encoding-only      # precisions, batch sizes, threads
     python benchmarks/speed.py --queries-only       # search with real query encoding
+    python benchmarks/speed.py --queries-only --text real   # the same over the corpora's text
 
 Writes benchmarks/results/speed.json and speed.md. Measures
 - `docsearch --help` wall time and a cold `docsearch search --mode lexical` (fresh processes);
@@ -16,7 +17,8 @@ Writes benchmarks/results/speed.json and speed.md. Measures
 - `queries`: hybrid search with the real MiniLM query encoder (the default precision), short
   (3 words) and 200-word queries (with identifiers, as long real queries have), p50/p95 as
   served, with the dense legs forced at any length, and the encoding alone, one torch thread
-  against two.
+  against two; `--text real` puts the shared corpora's text in the chunks (vectors stay
+  synthetic) and asks SciFact's claims and 200-word passages of that text (`queries_real`).
 Targets (issue 2): --help < 0.5 s, cold lexical < 2 s, lexical and vector p50 < 30 ms at 100k;
 (issue 21): hybrid p50 for 200-word queries, encoding included, <= 50 ms at 10k, <= 100 ms at
 100k. Run it under `flock /tmp/docsearch-heavy.lock` on a shared machine; the load average is
@@ -133,15 +135,23 @@ CENTROIDS = clustered(500, np.random.default_rng(42), np.zeros((1, DIM)) + 0.0)
 
 
 def synthetic_rows(
-    n: int, rng: np.random.Generator, vocab: list[str], start: int = 0
+    n: int,
+    rng: np.random.Generator,
+    vocab: list[str],
+    start: int = 0,
+    texts: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """`n` chunks numbered from `start`, ten to a document."""
+    """`n` chunks numbered from `start`, ten to a document; their text drawn from `vocab`, or
+    chunk i's text is `texts[i]`."""
     weights = 1.0 / np.arange(1, len(vocab) + 1)
     weights /= weights.sum()
     vectors = clustered(n, rng, CENTROIDS)
     rows = []
     for i in range(start, start + n):
-        words = rng.choice(len(vocab), size=120, p=weights)
+        if texts is None:
+            text = " ".join(vocab[w] for w in rng.choice(len(vocab), size=120, p=weights))
+        else:
+            text = texts[i]
         vec = vectors[i - start]
         rows.append(
             {
@@ -149,7 +159,7 @@ def synthetic_rows(
                 "doc_id": f"d{i // 10}",
                 "path": f"/synthetic/doc{i // 10}.txt",
                 "title": f"doc {i // 10}",
-                "text": " ".join(vocab[w] for w in words),
+                "text": text,
                 "ordinal": i % 10,
                 "page_start": 1,
                 "page_end": 1,
@@ -229,10 +239,16 @@ def leg_latency(store: Any, queries: list[str], vectors: np.ndarray) -> dict[str
 
 
 def synthetic_collection(
-    db: str, name: str, size: int, rng: np.random.Generator, vocab: list[str]
+    db: str,
+    name: str,
+    size: int,
+    rng: np.random.Generator,
+    vocab: list[str],
+    texts: list[str] | None = None,
 ) -> tuple[float, float]:
-    """Build collection `name` of `size` synthetic chunks; (seconds for the chunks and their
-    indexes, seconds for the document table). An existing one of that size is kept: (0, 0)."""
+    """Build collection `name` of `size` synthetic chunks (text from `vocab`, or `texts`); (seconds
+    for the chunks and their indexes, seconds for the document table). An existing one of that
+    size is kept: (0, 0)."""
     from docsearch.indexer.store import CollectionMeta, Store, _drop_tables
 
     spec = {"encoder": "precomputed", "options": {}, "dim": DIM, "max_tokens": 256}
@@ -247,7 +263,7 @@ def synthetic_collection(
     store = Store.open_or_create(db, name, CollectionMeta(encoder=spec, chunker={}))
     start = time.perf_counter()
     for lo in range(0, size, 10000):
-        store.chunks.add(synthetic_rows(min(10000, size - lo), rng, vocab, lo))
+        store.chunks.add(synthetic_rows(min(10000, size - lo), rng, vocab, lo, texts))
     store.refresh_indexes()
     build = time.perf_counter() - start
     # The rows went in beside Store.commit, so the documents come from the backfill path
@@ -451,6 +467,45 @@ def long_query(rng: np.random.Generator, vocab: list[str], words: int = 200) -> 
     return " ".join(picked)
 
 
+# The real-text collections: the shared corpora's documents one after another, cut into chunks
+# of as many words as the synthetic ones; once they run out, again from half a chunk in.
+REAL_CORPORA = ("cuad", "scisummnet-acl", "qmsum", "scifact")
+CHUNK_WORDS = 120
+
+
+def real_chunks(size: int) -> list[str]:
+    """`size` chunks of real text, CHUNK_WORDS words each, in the corpora's order."""
+    chunks: list[str] = []
+    for shift in (0, CHUNK_WORDS // 2, CHUNK_WORDS // 3):
+        carry: list[str] = []
+        for name in REAL_CORPORA:
+            with (DATA / name / "corpus.jsonl").open(encoding="utf-8") as lines:
+                for line in lines:
+                    words = json.loads(line)["text"].split()[shift:]
+                    for at in range(0, len(words), CHUNK_WORDS):
+                        piece = carry + words[at : at + CHUNK_WORDS - len(carry)]
+                        if len(piece) < CHUNK_WORDS:
+                            carry = piece
+                            continue
+                        carry = []
+                        chunks.append(" ".join(piece))
+                        if len(chunks) == size:
+                            return chunks
+    raise SystemExit(f"the shared corpora hold fewer than {size:,} chunks of real text")
+
+
+def real_queries(rng: np.random.Generator, texts: list[str], n: int) -> dict[str, list[str]]:
+    """Real short queries (SciFact's claims) and 200-word passages of the real-text chunks (two
+    neighbours' words, so a passage rarely starts where a chunk does)."""
+    with (DATA / "scifact" / "queries.jsonl").open(encoding="utf-8") as lines:
+        claims = [json.loads(line)["text"] for line in lines][:n]
+    starts = rng.integers(0, len(texts) - 1, size=n)
+    passages = [
+        " ".join(" ".join(texts[i : i + 2]).split()[rng.integers(0, 40) :][:200]) for i in starts
+    ]
+    return {"short": claims, "200 words": passages}
+
+
 def timed_ms(run: Any, items: list[Any]) -> list[float]:
     run(items[0])  # warm caches
     times = []
@@ -465,23 +520,36 @@ def percentiles(times: list[float]) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95))}
 
 
-def query_latency(sizes: list[int], n_queries: int, rounds: int, db: str) -> dict[str, Any]:
+def query_latency(
+    sizes: list[int], n_queries: int, rounds: int, db: str, text: str = "synthetic"
+) -> dict[str, Any]:
     """Hybrid search with the real query encoder: encoding alone on 1 and 2 threads, search
-    without encoding, and the whole search; short and 200-word queries; interleaved rounds."""
+    without encoding, and the whole search; short and 200-word queries; interleaved rounds.
+    `text`: "synthetic" (words drawn from a made-up vocabulary) or "real" (the shared corpora's
+    text in the chunks, real queries)."""
     from docsearch import retriever
     from docsearch.encoders import get_encoder
     from docsearch.encoders import sentence_transformers as st
     from docsearch.fusion import DOCUMENT_RULES, LONG_QUERY_WORDS
     from docsearch.retriever import Retriever
+    from docsearch.snippets import identifiers
 
     encoder = get_encoder("sentence-transformers")
     rng = np.random.default_rng(7)
     vocab = [f"w{i}" for i in range(20000)]
-    kinds = {
-        "short": [" ".join(rng.choice(vocab[:2000], size=3)) for _ in range(n_queries)],
-        "200 words": [long_query(rng, vocab) for _ in range(n_queries)],
-    }
+    texts = real_chunks(max(sizes)) if text == "real" else None
+    if texts is None:
+        kinds = {
+            "short": [" ".join(rng.choice(vocab[:2000], size=3)) for _ in range(n_queries)],
+            "200 words": [long_query(rng, vocab) for _ in range(n_queries)],
+        }
+    else:
+        kinds = real_queries(rng, texts, n_queries)
     out: dict[str, Any] = {
+        "text": text,
+        "identifiers": {
+            kind: float(np.mean([len(identifiers(q)) for q in qs])) for kind, qs in kinds.items()
+        },
         "long_query_words": LONG_QUERY_WORDS,
         "precision": encoder.precision,  # type: ignore[attr-defined]
         "tokens": {
@@ -492,8 +560,9 @@ def query_latency(sizes: list[int], n_queries: int, rounds: int, db: str) -> dic
     }
     default_threads = st.SINGLE_TEXT_THREADS
     for size in sizes:
-        name = f"synthetic{size}"
-        synthetic_collection(db, name, size, np.random.default_rng(0), vocab)
+        name = f"synthetic{size}" if texts is None else f"realtext{size}"
+        chunk_texts = None if texts is None else texts[:size]
+        synthetic_collection(db, name, size, np.random.default_rng(0), vocab, chunk_texts)
         vectors = clustered(n_queries, rng, CENTROIDS)
         real = Retriever(name, db=db, encoder=encoder)
         fixed = Retriever(name, db=db, encoder=PrecomputedQueries(vectors))  # type: ignore[arg-type]
@@ -574,19 +643,39 @@ def encoding_markdown(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def queries_markdown(result: dict[str, Any]) -> list[str]:
-    q = result["queries"]
+TEXT_LINES = {
+    "synthetic": "synthetic collections as above (words drawn from a made-up vocabulary of "
+    "20,000, Zipf-distributed: its 33 most frequent words are 39% of the text, and the index "
+    "keeps them, where it drops English stop words); queries: short 3 words, long 200 words "
+    "drawn the same way, with five identifiers each",
+    "real": "real-text collections (`--text real`): the chunks hold the shared corpora's text "
+    f"({', '.join(REAL_CORPORA)}, {CHUNK_WORDS} words a chunk, ten chunks a document; vectors "
+    "synthetic as above); queries: short are SciFact's claims, long are 200-word passages of "
+    "the chunks' text",
+}
+
+
+def queries_markdown(result: dict[str, Any], key: str = "queries") -> list[str]:
+    q = result[key]
+    text = q.get("text", "synthetic")
     lines = [
         "",
-        "## Search with real query encoding (issue 21)",
+        "## Search with real query encoding (issue 21)"
+        + ("" if text == "synthetic" else ", real text"),
         "",
         f"- date: {q.get('date', result['date'])}; command: `{q.get('command', '')}`",
         f"- query encoder: the default MiniLM, precision {q['precision']}; query tokens "
         "(capped at the 256-token window): "
-        + ", ".join(f"{kind} {n:.0f}" for kind, n in q["tokens"].items()),
-        "- hybrid, k=10, document granularity; 200-word queries carry five identifiers (a "
-        "passage search looks them up in one extra phrase search, a document rule in its "
-        "BM25 pool); synthetic collections as above; interleaved rounds",
+        + ", ".join(f"{kind} {n:.0f}" for kind, n in q["tokens"].items())
+        + (
+            "; identifiers per query: "
+            + ", ".join(f"{kind} {n:.1f}" for kind, n in q["identifiers"].items())
+            if "identifiers" in q
+            else ""
+        ),
+        "- hybrid, k=10, document granularity; identifiers are looked up in one extra phrase "
+        "search by a passage search, and in its BM25 pool by a document rule; interleaved rounds",
+        f"- {TEXT_LINES[text]}",
         f"- the default hybrid rule ranks a query of {q.get('long_query_words', 24)} words or "
         "more by the lexical document rule (chosen on quality: results/doclevel_length.md) and "
         "does not encode it, so for 200-word queries 'as served' has no encoding in it; "
@@ -675,8 +764,9 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", f"Load average before the latency runs: {result['load']}."]
     if result.get("encoding"):
         lines += encoding_markdown(result)
-    if result.get("queries"):
-        lines += queries_markdown(result)
+    for key in ("queries", "queries_real"):
+        if result.get(key):
+            lines += queries_markdown(result, key)
     return "\n".join(lines) + "\n"
 
 
@@ -701,6 +791,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (new sections)")
     parser.add_argument("--encoded-queries", type=int, default=50, help="per kind and round")
     parser.add_argument("--work", help="folder for the synthetic collections (kept; reused)")
+    parser.add_argument(
+        "--text",
+        choices=("synthetic", "real"),
+        default="synthetic",
+        help="--queries-only: chunks and queries of made-up words, or of the shared corpora's text",
+    )
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     work = args.work or tempfile.mkdtemp(prefix="docsearch-speed-")
@@ -717,13 +813,14 @@ def main() -> None:
         if args.encoding_only:
             result["encoding"] = encoding(args.windows, args.rounds) | stamp
         if args.queries_only:
-            queries = query_latency(args.sizes, args.encoded_queries, args.rounds, work)
-            result["queries"] = queries | stamp
+            queries = query_latency(args.sizes, args.encoded_queries, args.rounds, work, args.text)
+            result["queries" if args.text == "synthetic" else "queries_real"] = queries | stamp
         write(result)
         return
     if args.latency_only:
         old = json.loads((RESULTS / "speed.json").read_text())
-        result |= {k: old[k] for k in ("startup", "indexing", "encoding", "queries") if k in old}
+        kept = ("startup", "indexing", "encoding", "queries", "queries_real")
+        result |= {k: old[k] for k in kept if k in old}
         result["reused"] = f"Startup and indexing rows: the full run of {old['date']}."
     else:
         result["startup"] = startup(f"{work}/startup", env, args.repeats)
