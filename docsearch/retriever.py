@@ -450,15 +450,18 @@ class Retriever:
         if lexical_legs and rule is not None and rule.weights.get("doc_lexical"):
             depth = max(DOC_POOL, k)
             whole = self._beside(lambda: self.store.search_documents_text(query, depth, flt))
+        # A document search reads the text only of the chunks it shows (`_documents`), and of
+        # its BM25 pool where the identifier lift needs it.
+        pool_text = not documents or bool(identifiers(query))
         bm25: list[Candidate] = []
         if lexical_legs:
-            bm25 = self.store.search_text(query, pool, flt)
+            bm25 = self.store.search_text(query, pool, flt, text=pool_text)
             lifted = _lift(query, bm25, phrases.result() if phrases else [], pool)
         lexical = {"doc_lexical": whole.result()} if whole is not None else {}
         vector = encoding.result() if encoding is not None else None
         found: dict[str, list[Candidate]] = {}
         if vector is not None:
-            found["dense"] = self.store.search_vector(vector, pool, flt)
+            found["dense"] = self.store.search_vector(vector, pool, flt, text=not documents)
         if mode != "vector":
             found["lexical"] = lifted
         chunks = _Ranking(
@@ -635,12 +638,22 @@ class Retriever:
         for key in chunks.order:
             best.setdefault(by_id[key].doc_id, []).append(key)
         top = ranking.order[:k]
-        unreached = self._passages_of([doc_paths[d] for d in top if d not in best], query, vector)
+        wanted = [by_id[key] for doc in top for key in best.get(doc, [])[:MAX_PASSAGES]]
+        read = {one.chunk_id: one for one in self.store.with_text(wanted)}
+        # A document indexed again since the legs read it has lost those chunks: it is then
+        # searched again, as the documents the pool missed are.
+        shown_chunks = {
+            doc: [read[key] for key in best.get(doc, [])[:MAX_PASSAGES] if key in read]
+            for doc in top
+        }
+        unreached = self._passages_of(
+            [doc_paths[d] for d in top if not shown_chunks[d]], query, vector
+        )
         hits = []
         for i, doc in enumerate(top, start=1):
             passages = [
-                Passage(**_view(by_id[key], query), score=chunks.fused[key])
-                for key in best.get(doc, [])[:MAX_PASSAGES]
+                Passage(**_view(one, query), score=chunks.fused[one.chunk_id])
+                for one in shown_chunks[doc]
             ] or unreached[doc_paths[doc]]
             best_passage = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
             best_passage["score"] = ranking.fused[doc]
@@ -691,10 +704,12 @@ class Retriever:
         # (a search per document cost 4 ms each at 100k chunks); were it filled, one that got
         # none is searched alone.
         depth = min(MAX_K, 20 * MAX_PASSAGES * len(paths))
-        together = self.store.search_text(query, depth, ChunkFilter(paths=paths))
+        together = self.store.search_text(query, depth, ChunkFilter(paths=paths), text=False)
         for one in together:
             if len(found[one.path]) < MAX_PASSAGES:
                 found[one.path].append(one)
+        chosen = self.store.with_text([one for cands in found.values() for one in cands])
+        found = {path: [one for one in chosen if one.path == path] for path in paths}
         for path, cands in found.items():
             only = ChunkFilter(paths=[path])
             if not cands and len(together) == depth:

@@ -225,3 +225,56 @@ def test_a_document_shows_its_best_passages(corpus: tuple[str, Path]) -> None:
     # Passage search returns chunks, each its own evidence.
     passages = Retriever("lex", db=db).search(QUERY, k=3, mode="lexical", granularity="passage")
     assert passages[0].doc_id == single.doc_id and passages[0].passages == ()
+
+
+def test_a_document_search_reads_the_text_of_the_chunks_it_shows(
+    corpus: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The legs read no text; the passages shown get theirs in one read afterwards."""
+    from docsearch.indexer.store import Store
+
+    db, _ = corpus
+    asked: list[int] = []
+    real = Store.with_text
+
+    def counted(self: Store, found: list) -> list:  # type: ignore[type-arg]
+        asked.append(len(found))
+        return real(self, found)
+
+    monkeypatch.setattr(Store, "with_text", counted)
+    hits = Retriever("hyb", db=db, encoder=HashingEncoder()).search(QUERY, k=2)
+    assert asked and sum(asked) <= 2 * 3  # k documents, at most three passages each
+    from docsearch.indexer.filters import ChunkFilter
+
+    stored = {
+        row["id"]: row["text"] for row in Store.open(db, "hyb").rows(ChunkFilter(), ["id", "text"])
+    }
+    shown = [p for h in hits for p in h.passages]
+    assert shown and all(p.text == stored[p.chunk_id] for p in shown)
+    assert all(p.snippet.text.strip("… ") in " ".join(p.text.split()) for p in shown)
+
+
+def test_a_document_indexed_again_between_the_reads_shows_its_new_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file indexed again after the legs read its chunks and before their text is read: the
+    hit shows passages of what the file holds now, never an empty one."""
+    from docsearch.indexer.store import Store
+
+    _write_corpus(tmp_path / "docs")
+    db = str(tmp_path / "db")
+    index_into(db, tmp_path / "docs", "lex", encoder="none", max_tokens=40)
+    spread = tmp_path / "docs" / "spread.txt"
+    real = Store.with_text
+
+    def reindex_first(self: Store, found: list) -> list:  # type: ignore[type-arg]
+        if spread.read_text().startswith("In shift"):
+            lines = [f"Rewritten {i}: the coolant pump vibration was fixed." for i in range(8)]
+            spread.write_text("\n\n".join(lines) + "\n")
+            assert index_into(db, tmp_path / "docs", "lex", encoder="none", max_tokens=40).changed
+        return real(self, found)
+
+    monkeypatch.setattr(Store, "with_text", reindex_first)
+    hits = Retriever("lex", db=db).search(QUERY, k=5, mode="lexical")
+    shown = next(h for h in hits if h.path.endswith("spread.txt"))
+    assert shown.passages and all(p.text.startswith("Rewritten") for p in shown.passages)

@@ -82,9 +82,9 @@ def test_many_identifiers_cost_one_extra_full_text_search(
     searches: list[object] = []
     real = Store._search_fts
 
-    def counted(self: Store, query: object, k: int, where: ChunkFilter | None) -> list:  # type: ignore[type-arg]
+    def counted(self: Store, query: object, k: int, where: ChunkFilter | None, *rest: bool) -> list:  # type: ignore[type-arg]
         searches.append(query)
-        return real(self, query, k, where)
+        return real(self, query, k, where, *rest)
 
     monkeypatch.setattr(Store, "_search_fts", counted)
     absent = ["QX-4411", "88.7(q)", "ZZ-0001", "4417:1999", "KB-77"]

@@ -31,7 +31,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,12 @@ class Candidate(ChunkView):
 RESULT_COLUMNS = ["id" if f.name == "chunk_id" else f.name for f in fields(ChunkView)]
 
 
+def _result_columns(text: bool) -> list[str]:
+    """RESULT_COLUMNS, less the text where a search reads it later, for the chunks it shows:
+    reading 500 chunks' text was a third of a short query's document search."""
+    return RESULT_COLUMNS if text else [c for c in RESULT_COLUMNS if c != "text"]
+
+
 @dataclass(frozen=True)
 class DocCandidate:
     """A document one document-level leg found (whole-text BM25, or the cosine similarity of
@@ -167,8 +173,10 @@ def _nearest(vector: np.ndarray, k: int) -> dict[str, Any]:
 
 
 def candidate(row: dict[str, Any], score: float) -> Candidate:
-    """A row of a search read (RESULT_COLUMNS, its score column already taken out)."""
+    """A row of a search read (RESULT_COLUMNS, its score column already taken out; a read
+    without text leaves `text` empty, see `Store.with_text`)."""
     row["chunk_id"] = row.pop("id")
+    row.setdefault("text", "")
     row.setdefault("ocr", False)  # a collection from before OCR has no such column
     return Candidate(**row, score=float(score), raw_score=float(score))
 
@@ -1215,15 +1223,16 @@ class Store:
     # -- searching ----------------------------------------------------------------------------
 
     def search_vector(
-        self, vector: np.ndarray, k: int, where: ChunkFilter | None
+        self, vector: np.ndarray, k: int, where: ChunkFilter | None, *, text: bool = True
     ) -> list[Candidate]:
-        """The `k` chunks nearest to `vector` by cosine similarity, best first."""
+        """The `k` chunks nearest to `vector` by cosine similarity, best first (`text=False`:
+        their text is left empty, for `with_text` to fill)."""
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
         scan = {
             "nearest": _nearest(vector, k),
             "prefilter": True,
-            "columns": [*RESULT_COLUMNS, "_distance"],
+            "columns": [*_result_columns(text), "_distance"],
         }
         # Lance reports the cosine distance; candidates score by similarity (higher is better).
         return [candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
@@ -1283,9 +1292,27 @@ class Store:
         for batch in self._read("docs").to_batches(columns=list(columns), filter=where):
             yield from batch.to_pylist()
 
-    def search_text(self, query: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
-        """The `k` best chunks for `query` by BM25 over `text` (stemmed words), best first."""
-        return self._search_fts(query, k, where)
+    def search_text(
+        self, query: str, k: int, where: ChunkFilter | None, *, text: bool = True
+    ) -> list[Candidate]:
+        """The `k` best chunks for `query` by BM25 over `text` (stemmed words), best first
+        (`text=False`: their text is left empty, for `with_text` to fill)."""
+        return self._search_fts(query, k, where, text)
+
+    def with_text(self, found: Sequence[Candidate]) -> list[Candidate]:
+        """`found` with each chunk's text, in order; a chunk no longer stored (its file was
+        indexed again since the search read it) is left out."""
+        if not found:
+            return []
+        chunk_ids = list(dict.fromkeys(one.chunk_id for one in found))
+        # The path index narrows the read to the chunks' files before the ids are compared.
+        paths = sorted({one.path for one in found})
+        where = f"{sql_in('path', paths)} AND {sql_in('id', chunk_ids)}"
+        table = self._read("chunks").to_table(filter=where, columns=["id", "text"])
+        texts = dict(
+            zip(table.column("id").to_pylist(), table.column("text").to_pylist(), strict=True)
+        )
+        return [replace(one, text=texts[one.chunk_id]) for one in found if one.chunk_id in texts]
 
     def search_phrase(self, phrase: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
         """BM25 over the chunks whose text has the words of `phrase` next to each other, in order
@@ -1308,8 +1335,10 @@ class Store:
         anyone = BooleanQuery([(Occur.SHOULD, PhraseQuery(p, "text")) for p in phrases])
         return self._search_fts(anyone, k, where) if phrases else []
 
-    def _search_fts(self, query: Any, k: int, where: ChunkFilter | None) -> list[Candidate]:
-        columns = [*RESULT_COLUMNS, "_score"]
+    def _search_fts(
+        self, query: Any, k: int, where: ChunkFilter | None, text: bool = True
+    ) -> list[Candidate]:
+        columns = [*_result_columns(text), "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
         return [candidate(r, r.pop("_score")) for r in self._scan(where, **scan)]
 
