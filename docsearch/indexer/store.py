@@ -40,6 +40,7 @@ import numpy as np
 
 from docsearch.encoders.base import describe, same_identity
 from docsearch.errors import CollectionNotFoundError, EncoderMismatchError, UsageError
+from docsearch.indexer.exact import ExactVectors
 from docsearch.indexer.filters import ChunkFilter, bad_where, lance_problem
 from docsearch.indexer.filters import sql_in as sql_in  # re-exported
 from docsearch.indexer.filters import sql_str as sql_str
@@ -163,6 +164,11 @@ DOC_FTS: dict[str, Any] = {"with_position": False, "stem": False, "remove_stop_w
 def _sql(where: str | ChunkFilter | None) -> str | None:
     """A read's filter as Lance takes it: docsearch's own SQL as is, a caller's filter compiled."""
     return where.sql() if isinstance(where, ChunkFilter) else where
+
+
+def _narrows(where: ChunkFilter | None) -> bool:
+    """Whether `where` lets fewer than all chunks through."""
+    return where is not None and where.sql() is not None
 
 
 def _nearest(vector: np.ndarray, k: int) -> dict[str, Any]:
@@ -658,6 +664,7 @@ class Store:
         self._first_build = False  # this Store created that index while the table was filling
         self._has_documents = False
         self._ocr_columns = False  # the OCR columns exist (checked once per Store)
+        self._exact: dict[str, ExactVectors] = {}  # table kind -> its vectors in memory
         self.meta = self._stored_meta()
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -1229,6 +1236,10 @@ class Store:
         their text is left empty, for `with_text` to fill)."""
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
+        exact = None if _narrows(where) else self._exact_vectors("chunks", _result_columns(False))
+        if exact is not None:
+            found = [candidate(r, r.pop("_similarity")) for r in exact.nearest(vector, k)]
+            return self.with_text(found) if text else found
         scan = {
             "nearest": _nearest(vector, k),
             "prefilter": True,
@@ -1258,8 +1269,30 @@ class Store:
         """The `k` documents whose mean chunk vector is nearest to `vector` (cosine), best first."""
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
+        exact = None
+        if not _narrows(where) and self.has_documents:
+            exact = self._exact_vectors("docs", DOC_COLUMNS)
+        if exact is not None:
+            return [self._doc(r, r.pop("_similarity")) for r in exact.nearest(vector, k)]
         rows = self._search_documents(where, "_distance", {"nearest": _nearest(vector, k)})
         return [self._doc(r, 1.0 - r.pop("_distance")) for r in rows]
+
+    def _exact_vectors(self, kind: str, columns: Sequence[str]) -> ExactVectors | None:
+        """Table `kind`'s vectors and `columns` in memory, for an unfiltered nearest search, where
+        the table has no vector index (at most VECTOR_INDEX_MIN_ROWS rows); read again once the
+        table has a newer version. None: search it in Lance."""
+        dataset = self._read(kind)
+        held = self._exact.get(kind)
+        if held is not None and held.version == dataset.version:
+            return held
+        self._exact.pop(kind, None)
+        indexed = any(found["name"] == "vector_idx" for found in dataset.list_indices())
+        if indexed or dataset.count_rows() > VECTOR_INDEX_MIN_ROWS:
+            return None
+        names = [c for c in columns if c in dataset.schema.names]
+        held = ExactVectors.of(dataset.version, dataset.to_table(columns=[*names, "vector"]))
+        self._exact[kind] = held
+        return held
 
     def _search_documents(
         self, where: ChunkFilter | None, score: str, scan: dict[str, Any]

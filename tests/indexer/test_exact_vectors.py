@@ -1,0 +1,96 @@
+"""Unfiltered nearest searches on a table without a vector index are answered from the vectors in
+memory: the same chunks and documents, with the same similarities, as Lance's own exact search,
+and a write makes the next search read the table again."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from docsearch.indexer.exact import ExactVectors
+from docsearch.indexer.filters import ChunkFilter
+from docsearch.indexer.store import Store
+from tests.fakes import HashingEncoder
+from tests.helpers import index_into
+
+TOPICS = ["coolant pump", "rent review", "data breach", "ferry timetable", "choir rehearsal"]
+# Lets every chunk through, but is SQL: the search goes to Lance, the reference here.
+EVERY_CHUNK = ChunkFilter(where="ordinal >= 0")
+
+
+def _write(root: Path, count: int) -> None:
+    root.mkdir(exist_ok=True)
+    for i in range(count):
+        topic = TOPICS[i % len(TOPICS)]
+        paragraphs = [
+            f"Note {i}.{j}: the {topic} was discussed again, item {i * 7 + j}." for j in range(4)
+        ]
+        (root / f"doc{i}.txt").write_text("\n\n".join(paragraphs) + "\n")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Store, Path, str]:
+    _write(tmp_path / "docs", 12)
+    db = str(tmp_path / "db")
+    assert not index_into(db, tmp_path / "docs", options={"max_tokens": 16}).failed
+    return Store.open(db, "c"), tmp_path / "docs", db
+
+
+def _query() -> np.ndarray:
+    return HashingEncoder().encode_queries(["coolant pump discussed"])[0]
+
+
+def test_chunks_in_memory_match_lances_exact_search(store: tuple[Store, Path, str]) -> None:
+    chunks, _, _ = store
+    ours = chunks.search_vector(_query(), 15, None)
+    lance = chunks.search_vector(_query(), 15, EVERY_CHUNK)
+    assert "chunks" in chunks._exact  # the unfiltered search was answered in memory
+    assert len(ours) == len(lance) == 15
+    # float32 dot products of unit vectors: a few ulps apart from Lance's own arithmetic
+    assert [o.score for o in ours] == pytest.approx([x.score for x in lance], abs=1e-5)
+    assert {o.chunk_id for o in ours[:10]} <= {x.chunk_id for x in lance}
+    by_id = {x.chunk_id: x for x in lance}
+    for one in (o for o in ours if o.chunk_id in by_id):  # described the same, text included
+        assert replace(one, score=0.0, raw_score=0.0) == replace(
+            by_id[one.chunk_id], score=0.0, raw_score=0.0
+        )
+
+
+def test_documents_in_memory_match_lances_exact_search(store: tuple[Store, Path, str]) -> None:
+    chunks, _, _ = store
+    ours = chunks.search_documents_vector(_query(), 100, None)  # every document
+    assert "docs" in chunks._exact
+    chunks._exact.clear()
+    lance = chunks.search_documents_vector(_query(), 100, ChunkFilter(path="*"))  # in Lance
+    assert "docs" not in chunks._exact
+    assert len(ours) == 12 and {d.doc_id for d in ours} == {d.doc_id for d in lance}
+    # in rank order (near-equal neighbours may swap between float kernels; their scores do not)
+    assert [d.score for d in ours] == pytest.approx([d.score for d in lance], abs=1e-5)
+
+
+def test_a_write_makes_the_next_search_read_the_vectors_again(
+    store: tuple[Store, Path, str],
+) -> None:
+    chunks, root, db = store
+    before = chunks.search_vector(_query(), 1000, None)
+    (root / "late.txt").write_text("The coolant pump discussed coolant pump discussed.\n")
+    assert index_into(db, root, options={"max_tokens": 16}).new == 1
+    after = chunks.search_vector(_query(), 1000, None)
+    assert len(after) == len(before) + 1
+    assert after[0].path.endswith("late.txt")  # the new chunk is the nearest
+
+
+def test_exact_vectors_rank_by_cosine_and_keep_zero_vectors_at_zero() -> None:
+    import pyarrow as pa
+
+    vectors = [[3.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, -2.0]]
+    table = pa.table({"id": ["a", "zero", "b", "c"], "vector": vectors})
+    held = ExactVectors.of(7, table)
+    found = held.nearest(np.array([2.0, 0.0]), 3)
+    assert [r["id"] for r in found] == ["a", "b", "zero"]
+    assert [r["_similarity"] for r in found] == pytest.approx([1.0, 2**-0.5, 0.0], abs=1e-6)
+    assert held.nearest(np.array([1.0, 0.0]), 10)[-1]["id"] == "c"  # k above the rows: all
+    assert ExactVectors.of(1, table.slice(0, 0)).nearest(np.array([1.0, 0.0]), 3) == []
