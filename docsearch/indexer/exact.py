@@ -4,8 +4,8 @@ Below `store.VECTOR_INDEX_MIN_ROWS` rows a table has no ANN index, and Lance ans
 query by reading and decoding the whole vector column each time: a short query's two dense legs
 spent 17-30 ms there at 10k chunks and 1k-10k documents, where a matrix product over the same
 vectors takes under a millisecond. `ExactVectors` is that matrix (unit rows), with the columns a
-search returns, read once per version of the table (the store keys it by the dataset's
-version, so a write makes the next search read it again).
+search returns; the store reads one per version of the table, so a write makes the next search
+read it again.
 Not here: reading the table, filters (a filtered search goes to Lance), ANN indexes (store.py).
 """
 
@@ -19,21 +19,20 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ExactVectors:
-    """One version of a table's vectors, as unit rows, and the columns a search returns."""
+    """A table's vectors, as unit rows, and the columns a search returns."""
 
-    version: int
     unit: np.ndarray  # (rows, dim) float32; a zero vector stays zero (similarity 0)
     columns: Any  # a pyarrow Table, row i describing unit[i]
 
     @classmethod
-    def of(cls, version: int, table: Any) -> ExactVectors:
+    def of(cls, table: Any) -> ExactVectors:
         """From an Arrow table holding a `vector` column and the returned columns."""
         rows = table.num_rows
         flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         vectors = np.asarray(flat, dtype=np.float32).reshape(rows, -1) if rows else np.zeros((0, 0))
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         unit = (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
-        return cls(version, unit, table.drop_columns(["vector"]))
+        return cls(unit, table.drop_columns(["vector"]))
 
     def nearest(self, vector: np.ndarray, k: int) -> list[dict[str, Any]]:
         """The `k` rows most cosine-similar to `vector`, best first, each with its `_similarity`

@@ -664,7 +664,8 @@ class Store:
         self._first_build = False  # this Store created that index while the table was filling
         self._has_documents = False
         self._ocr_columns = False  # the OCR columns exist (checked once per Store)
-        self._exact: dict[str, ExactVectors] = {}  # table kind -> its vectors in memory
+        # table kind -> (the version seen, its vectors in memory or None: searched in Lance)
+        self._exact: dict[str, tuple[int, ExactVectors | None]] = {}
         self.meta = self._stored_meta()
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -1282,16 +1283,15 @@ class Store:
         the table has no vector index (at most VECTOR_INDEX_MIN_ROWS rows); read again once the
         table has a newer version. None: search it in Lance."""
         dataset = self._read(kind)
-        held = self._exact.get(kind)
-        if held is not None and held.version == dataset.version:
-            return held
-        self._exact.pop(kind, None)
+        seen = self._exact.get(kind)
+        if seen is not None and seen[0] == dataset.version:  # decided for this version already
+            return seen[1]
+        held = None
         indexed = any(found["name"] == "vector_idx" for found in dataset.list_indices())
-        if indexed or dataset.count_rows() > VECTOR_INDEX_MIN_ROWS:
-            return None
-        names = [c for c in columns if c in dataset.schema.names]
-        held = ExactVectors.of(dataset.version, dataset.to_table(columns=[*names, "vector"]))
-        self._exact[kind] = held
+        if not indexed and dataset.count_rows() <= VECTOR_INDEX_MIN_ROWS:
+            names = [c for c in columns if c in dataset.schema.names]
+            held = ExactVectors.of(dataset.to_table(columns=[*names, "vector"]))
+        self._exact[kind] = (dataset.version, held)
         return held
 
     def _search_documents(

@@ -47,7 +47,7 @@ def test_chunks_in_memory_match_lances_exact_search(store: tuple[Store, Path, st
     chunks, _, _ = store
     ours = chunks.search_vector(_query(), 15, None)
     lance = chunks.search_vector(_query(), 15, EVERY_CHUNK)
-    assert "chunks" in chunks._exact  # the unfiltered search was answered in memory
+    assert chunks._exact["chunks"][1] is not None  # the unfiltered search was answered in memory
     assert len(ours) == len(lance) == 15
     # float32 dot products of unit vectors: a few ulps apart from Lance's own arithmetic
     assert [o.score for o in ours] == pytest.approx([x.score for x in lance], abs=1e-5)
@@ -62,7 +62,7 @@ def test_chunks_in_memory_match_lances_exact_search(store: tuple[Store, Path, st
 def test_documents_in_memory_match_lances_exact_search(store: tuple[Store, Path, str]) -> None:
     chunks, _, _ = store
     ours = chunks.search_documents_vector(_query(), 100, None)  # every document
-    assert "docs" in chunks._exact
+    assert chunks._exact["docs"][1] is not None
     chunks._exact.clear()
     lance = chunks.search_documents_vector(_query(), 100, ChunkFilter(path="*"))  # in Lance
     assert "docs" not in chunks._exact
@@ -88,9 +88,9 @@ def test_exact_vectors_rank_by_cosine_and_keep_zero_vectors_at_zero() -> None:
 
     vectors = [[3.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, -2.0]]
     table = pa.table({"id": ["a", "zero", "b", "c"], "vector": vectors})
-    held = ExactVectors.of(7, table)
+    held = ExactVectors.of(table)
     found = held.nearest(np.array([2.0, 0.0]), 3)
     assert [r["id"] for r in found] == ["a", "b", "zero"]
     assert [r["_similarity"] for r in found] == pytest.approx([1.0, 2**-0.5, 0.0], abs=1e-6)
     assert held.nearest(np.array([1.0, 0.0]), 10)[-1]["id"] == "c"  # k above the rows: all
-    assert ExactVectors.of(1, table.slice(0, 0)).nearest(np.array([1.0, 0.0]), 3) == []
+    assert ExactVectors.of(table.slice(0, 0)).nearest(np.array([1.0, 0.0]), 3) == []
