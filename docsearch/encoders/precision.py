@@ -1,19 +1,18 @@
-"""The precision an encoder runs inference in on the CPU: fp32, bf16 where it is faster, or int8.
+"""The precision an encoder runs inference in on the CPU: fp32, bf16 or int8, whichever is fastest.
 
 `PRECISIONS`: "auto" (the default), "fp32", "bf16", "int8". "auto" is the fastest precision
-whose vectors stay within the quality gate (mean cosine >= 0.999 to fp32; bf16 measured 0.99995
-for MiniLM, benchmarks/results/speed.md): bf16 on a CPU that has native bf16 instructions *and*
-runs the model faster in it, fp32 everywhere else. The flags alone do not decide, because a CPU
-can have the instructions while the kernels torch picks for the whole model (not just its
-matmuls) are slower; so `choose_precision` times both on a short fixed batch once per machine,
-model and thread count, and caches the answer under the docsearch cache (a second process, or a
-second encoder in this one, reads it instead of measuring again). GPUs keep fp32 (not measured).
-int8 (dynamic quantisation of the Linear layers, per output channel) is never chosen by "auto":
-it is about 2x faster on a 2-core AMD EPYC but measured a mean cosine of 0.98 to fp32, so it is
-an explicit, lossier choice whose quality is reported beside the speed.
+whose vectors stay within the quality gate (mean cosine >= 0.999 to fp32): bf16 where the CPU
+has native bf16 instructions (MiniLM measured 0.99995), int8 (`int8.py`: per-token activations,
+smoothing and fp32 outlier channels; MiniLM measured 0.9993-0.9995) on CPUs with int8
+dot-product instructions (VNNI, AMX; without them the int8 sums saturate), fp32 when
+neither is at least MIN_SPEEDUP faster. The flags alone do not decide, because the kernels torch
+picks for the whole model (not just its matmuls) may be slower; so `choose_precision` times the
+candidates against fp32 on a short fixed batch once per machine, model and thread count, checks
+their cosine to fp32 on it, and caches the answer under the docsearch cache (a second process,
+or a second encoder in this one, reads it instead of measuring again). GPUs keep fp32.
 
 `convert(module, precision)` makes the inference copy. Not here: which device (device.py),
-batching (batching.py), the models themselves.
+batching (batching.py), the models themselves, the int8 layers (int8.py).
 """
 
 from __future__ import annotations
@@ -24,24 +23,25 @@ import json
 import logging
 import platform
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from docsearch.encoders.device import cpu_has_fast_bf16
+from docsearch.encoders.device import cpu_has_fast_bf16, cpu_has_int8_dot
 from docsearch.errors import UsageError
 
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "qint8": "int8"}
-# bf16 must beat fp32 by this much to be chosen: timing a short batch on a shared machine is
-# noisy, and a precision that is only as fast is not worth its (small) change to the vectors.
+# A precision must beat fp32 by this much to be chosen: timing a short batch on a shared machine
+# is noisy, and a precision that is only as fast is not worth its (small) change to the vectors.
 MIN_SPEEDUP = 1.15
 # The gate every automatic choice keeps (the issue's: mean cosine to fp32 vectors).
 MIN_COSINE = 0.999
-ROUNDS = 2  # interleaved fp32/bf16 rounds; each precision is scored by its fastest round
+ROUNDS = 2  # interleaved rounds of every candidate; each is scored by its fastest round
+# Part of the cache key: choices cached before int8 could be chosen are measured again.
+CHOICE_VERSION = 2
 
 # `choose_precision` answers once per process and key (tests and the UI build many encoders).
 _CHOSEN: dict[str, str] = {}
@@ -59,9 +59,9 @@ def check_precision(requested: str | None) -> str:
 def convert(module: Any, precision: str, *, in_place: bool = False) -> Any:
     """`module` for inference in `precision` ("fp32" returns it as it is).
 
-    bf16 casts the weights; int8 replaces every `nn.Linear` by a dynamically quantised one with
-    per-output-channel weight scales (per-tensor scales measured a cosine of 0.93 to fp32 on
-    MiniLM, per-channel 0.98). Without `in_place` the caller's module is left untouched.
+    bf16 casts the weights; int8 replaces every `nn.Linear` by an `Int8Linear` calibrated on the
+    built-in sample (the module must have `preprocess`, as sentence-transformers models do).
+    Without `in_place` the caller's module is left untouched.
     """
     import torch
 
@@ -71,12 +71,13 @@ def convert(module: Any, precision: str, *, in_place: bool = False) -> Any:
     if precision == "bf16":
         return target.to(torch.bfloat16)
     if precision == "int8":
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        from docsearch.encoders.int8 import quantise
+        from docsearch.encoders.sample_texts import windows
 
-        spec = {torch.nn.Linear: per_channel_dynamic_qconfig}
-        with warnings.catch_warnings():  # torch's notes that this API moves to torchao
-            warnings.simplefilter("ignore", (UserWarning, DeprecationWarning, FutureWarning))
-            return quantize_dynamic(target, spec, dtype=torch.qint8, inplace=True)
+        def run_sample(model: Any) -> Any:
+            return model(model.preprocess(windows()))
+
+        return quantise(target, run_sample)
     raise UsageError(f"no conversion to precision {precision!r}")
 
 
@@ -93,16 +94,36 @@ def calibration_key(model_name: str, threads: int, sample: Sequence[str]) -> dic
         "torch": torch.__version__,
         "threads": threads,
         "model": model_name,
+        "version": CHOICE_VERSION,
     }
 
 
-def choose_precision(
-    device: str, key: dict[str, Any], measure: Callable[[], dict[str, float]]
-) -> str:
-    """ "bf16" or "fp32" for "auto" on `device`: fp32 off the CPU and on CPUs without native
-    bf16; otherwise `measure()` ({"fp32_s", "bf16_s", "cosine"}) decides, once per `key`."""
-    if device != "cpu" or not cpu_has_fast_bf16():
+def candidates(device: str) -> list[str]:
+    """The precisions "auto" may choose besides fp32 on `device`: none off the CPU; int8 on
+    CPUs with int8 dot-product instructions; bf16 on CPUs with native bf16 instructions."""
+    if device != "cpu":
+        return []
+    return (["int8"] if int8_available() else []) + (["bf16"] if cpu_has_fast_bf16() else [])
+
+
+def int8_available() -> bool:
+    """int8 is exact and fast only with int8 dot-product instructions (`cpu_has_int8_dot`)."""
+    import torch
+
+    return cpu_has_int8_dot() and hasattr(torch, "_int_mm")
+
+
+Measure = Callable[[Sequence[str]], dict[str, dict[str, float]]]
+
+
+def choose_precision(device: str, key: dict[str, Any], measure: Measure) -> str:
+    """The precision "auto" runs in on `device`: fp32 when there is no candidate, otherwise what
+    `measure(candidates)` ({name: {"seconds", "cosine"}}, fp32 included) decides, once per
+    `key` and candidate list."""
+    names = candidates(device)
+    if not names:
         return "fp32"
+    key = {**key, "candidates": names}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     if digest in _CHOSEN:
         return _CHOSEN[digest]
@@ -110,31 +131,40 @@ def choose_precision(
     try:
         choice = str(json.loads(path.read_text())["choice"])
     except (OSError, ValueError, KeyError, TypeError):
-        choice = _calibrate(key, measure, path)
+        choice = _calibrate(key, lambda: measure(names), path)
     _CHOSEN[digest] = check_precision(choice)
     return _CHOSEN[digest]
 
 
-def decide(measured: dict[str, float]) -> str:
-    """bf16 when it keeps the cosine gate and is at least MIN_SPEEDUP times faster."""
-    fast = measured["bf16_s"] * MIN_SPEEDUP <= measured["fp32_s"]
-    return "bf16" if fast and measured["cosine"] >= MIN_COSINE else "fp32"
+def decide(measured: dict[str, dict[str, float]]) -> str:
+    """The fastest precision that keeps the cosine gate and is at least MIN_SPEEDUP times
+    faster than fp32; fp32 when none is."""
+    reference = measured["fp32"]["seconds"]
+    passing = [
+        (found["seconds"], name)
+        for name, found in measured.items()
+        if name != "fp32"
+        and found["cosine"] >= MIN_COSINE
+        and found["seconds"] * MIN_SPEEDUP <= reference
+    ]
+    return min(passing)[1] if passing else "fp32"
 
 
-def _calibrate(key: dict[str, Any], measure: Callable[[], dict[str, float]], path: Path) -> str:
+def _calibrate(
+    key: dict[str, Any], measure: Callable[[], dict[str, dict[str, float]]], path: Path
+) -> str:
     started = time.monotonic()
     measured = measure()
     choice = decide(measured)
-    log.info(
-        "precision for %s on this CPU: %s (fp32 %.3f s, bf16 %.3f s, cosine %.5f; %.1f s, once)",
-        key["model"],
-        choice,
-        measured["fp32_s"],
-        measured["bf16_s"],
-        measured["cosine"],
-        time.monotonic() - started,
+    found = ", ".join(
+        f"{name} {m['seconds']:.3f} s" + (f" cosine {m['cosine']:.5f}" if name != "fp32" else "")
+        for name, m in measured.items()
     )
-    record = {**key, **measured, "choice": choice}
+    log.info(
+        "precision for %s on this CPU: %s (%s; %.1f s, once)",
+        key["model"], choice, found, time.monotonic() - started,
+    )  # fmt: skip
+    record = {**key, "measured": measured, "choice": choice}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")  # two processes may race here
@@ -145,22 +175,32 @@ def _calibrate(key: dict[str, Any], measure: Callable[[], dict[str, float]], pat
     return choice
 
 
-def time_precisions(run: Callable[[Any], Any], fp32: Any, bf16: Any) -> dict[str, float]:
-    """Fastest of ROUNDS interleaved runs of `run(model)` for each model, and the mean cosine
-    of their outputs (unit rows are not assumed). `run` must return a 2-d tensor."""
+def time_precisions(
+    run: Callable[[Any], Any], models: dict[str, Any]
+) -> dict[str, dict[str, float]]:
+    """{name: {"seconds", "cosine"}}: the fastest of ROUNDS interleaved runs of `run(model)` for
+    each of `models` (which holds "fp32", the reference), and the mean cosine of its output to
+    fp32's (unit rows are not assumed). `run` must return a 2-d tensor."""
     import torch
 
-    best = {"fp32_s": float("inf"), "bf16_s": float("inf")}
+    seconds = dict.fromkeys(models, float("inf"))
     outputs: dict[str, Any] = {}
     with torch.inference_mode():
-        run(fp32), run(bf16)  # first calls pay for kernel set-up
+        for model in models.values():  # first calls pay for kernel set-up
+            run(model)
         for _ in range(ROUNDS):
-            for name, model in (("fp32_s", fp32), ("bf16_s", bf16)):
+            for name, model in models.items():
                 start = time.perf_counter()
                 outputs[name] = run(model).float()
-                best[name] = min(best[name], time.perf_counter() - start)
-    cosine = torch.nn.functional.cosine_similarity(outputs["fp32_s"], outputs["bf16_s"], dim=1)
-    return best | {"cosine": float(cosine.mean())}
+                seconds[name] = min(seconds[name], time.perf_counter() - start)
+    cosine = torch.nn.functional.cosine_similarity
+    return {
+        name: {
+            "seconds": seconds[name],
+            "cosine": float(cosine(outputs["fp32"], out, dim=1).mean()),
+        }
+        for name, out in outputs.items()
+    }
 
 
 def _cache_path(digest: str) -> Path:

@@ -5,9 +5,9 @@ document prompts come from the model's own `config_sentence_transformers.json` (
 Short windows (256 tokens for MiniLM): long documents are chunked by the indexer. `embed` is the
 one forward pass, with gradients (what `docsearch.training` optimises through `module`);
 `encode_queries` / `encode_documents` run it under no_grad, longest texts first, in the
-inference precision (`precision`, see `docsearch.encoders.precision`: "auto" is bf16 on CPUs
-where it is measurably faster, fp32 elsewhere; "int8" is the explicit lossier tier, recorded in
-the spec so that queries use it too). A single text (a search query) runs on SINGLE_TEXT_THREADS
+inference precision (`precision`, see `docsearch.encoders.precision`: "auto" is the fastest of
+fp32, bf16 and int8 on this CPU, measured once; each keeps the vectors within the quality gate,
+so the precision is not part of the spec). A single text (a search query) runs on SINGLE_TEXT_THREADS
 torch threads: on 2 busy cores a one-row forward with 2 threads waits on the slower thread at
 every op (benchmarks/results/speed.md). `module` and `embed` stay fp32: training optimises them.
 Not here: training (see `docsearch.training`).
@@ -30,6 +30,7 @@ from docsearch.encoders.precision import (
     check_precision,
     choose_precision,
     convert,
+    int8_available,
     time_precisions,
 )
 from docsearch.encoders.weights import resolve_model
@@ -40,7 +41,7 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # keep ~90 MB less activation memory resident while indexing (benchmarks/results/speed.md).
 DEFAULT_BATCH = 16
 SINGLE_TEXT_THREADS = 1  # see the module docstring; measured in benchmarks/speed.py
-# The fixed batch "auto" times fp32 against bf16 on: 4 texts that fill MiniLM's 256-token
+# The fixed batch "auto" times the precisions on: 4 texts that fill MiniLM's 256-token
 # window (indexing embeds full windows), varied so that no two rows are alike.
 _CALIBRATION_WORDS = (
     "the supplier shall deliver goods within thirty days of each purchase order and the buyer "
@@ -80,6 +81,11 @@ class SentenceTransformerEncoder(HFEncoder):
         asked = check_precision(precision)
         if asked == "int8" and self.device != "cpu":
             raise UsageError("precision int8 runs on the CPU only; use --device cpu or fp32")
+        if asked == "int8" and not int8_available():
+            raise UsageError(
+                "precision int8 needs a CPU with int8 dot-product instructions (VNNI or AMX); "
+                "this one has none, so its int8 sums would saturate: use fp32"
+            )
         self._folder = folder
         self._model: Any = self._load()
         self.precision = asked if asked != "auto" else self._auto_precision()
@@ -121,10 +127,10 @@ class SentenceTransformerEncoder(HFEncoder):
         model = self._model
         key = calibration_key(self._architecture(), torch.get_num_threads(), CALIBRATION_TEXTS)
 
-        def measure() -> dict[str, float]:
-            bf16 = convert(model, "bf16")
+        def measure(names: Sequence[str]) -> dict[str, dict[str, float]]:
+            models = {"fp32": model, **{name: convert(model, name) for name in names}}
             features = model.preprocess(list(CALIBRATION_TEXTS))
-            return time_precisions(lambda m: m(dict(features))["sentence_embedding"], model, bf16)
+            return time_precisions(lambda m: m(dict(features))["sentence_embedding"], models)
 
         return choose_precision(self.device, key, measure)
 
@@ -211,9 +217,7 @@ class SentenceTransformerEncoder(HFEncoder):
             "document_prompt": None
             if self.document_prompt == own_document
             else self.document_prompt,
-            # int8 changes the vectors beyond the gate; bf16 and fp32 stay within it (like the
-            # device, a run-time choice) and are left out.
-            "precision": "int8" if self.precision == "int8" else None,
+            # Left out: every precision keeps the gate (like the device, a run-time choice).
         }
 
 

@@ -1,5 +1,7 @@
 """Inference precision of the sentence-transformers encoder: fp32, bf16, int8 and "auto".
 
+The int8 layers themselves are tested in test_int8.py.
+
 A tiny random BERT built in code (tests/training/tiny_st.py) stands in for MiniLM: what is
 checked is how the precisions relate to fp32 on the same weights, not MiniLM's numbers (those
 are in benchmarks/results/speed.md).
@@ -8,6 +10,7 @@ are in benchmarks/results/speed.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,30 +33,53 @@ def encode(folder: Path, how: str) -> np.ndarray:
     return encoder.encode_documents(TEXTS)
 
 
-def test_bf16_and_int8_vectors_stay_close_to_fp32(tiny_st: Path) -> None:
-    """bf16 keeps 8 mantissa bits (relative error ~0.4% per product), int8 per-channel weights
-    and per-batch activations ~1/127 of each range: both leave unit vectors nearly parallel.
-    The bounds leave a wide margin over what either measures here, and fail for a broken
+needs_int8_dot = pytest.mark.skipif(
+    not precision.int8_available(), reason="int8 runs only on CPUs with VNNI or AMX"
+)
+
+
+def test_bf16_vectors_stay_close_to_fp32(tiny_st: Path) -> None:
+    """bf16 keeps 8 mantissa bits (relative error ~0.4% per product): unit vectors stay nearly
+    parallel. The bound leaves a wide margin over what it measures here, and fails for a broken
     conversion (a random vector's cosine to another is ~0)."""
     fp32 = encode(tiny_st, "fp32")
-    for how, floor in (("bf16", 0.999), ("int8", 0.98)):
-        other = encode(tiny_st, how)
-        assert other.dtype == np.float32 and other.shape == fp32.shape
-        assert np.allclose(np.linalg.norm(other, axis=1), 1.0, atol=1e-5)
-        cosine = np.sum(fp32 * other, axis=1)
-        assert cosine.min() >= floor, (how, cosine)
-        assert not np.array_equal(other, fp32)  # it did run in the other precision
+    other = encode(tiny_st, "bf16")
+    assert other.dtype == np.float32 and other.shape == fp32.shape
+    assert np.allclose(np.linalg.norm(other, axis=1), 1.0, atol=1e-5)
+    assert np.sum(fp32 * other, axis=1).min() >= 0.999
+    assert not np.array_equal(other, fp32)  # it did run in the other precision
 
 
-def test_int8_is_part_of_the_spec_and_bf16_is_not(tiny_st: Path) -> None:
-    """int8 changes vectors beyond the quality gate, so queries must use it too; bf16 stays
-    within it, a run-time choice like the device."""
-    int8 = get_encoder("sentence-transformers", model=str(tiny_st), precision="int8")
-    assert int8.spec()["options"]["precision"] == "int8"
-    again = encoder_from_spec(int8.spec())
-    assert again.precision == "int8"  # type: ignore[attr-defined]
-    bf16 = get_encoder("sentence-transformers", model=str(tiny_st), precision="bfloat16")
-    assert bf16.precision == "bf16" and "precision" not in bf16.spec()["options"]  # type: ignore[attr-defined]
+@needs_int8_dot
+def test_int8_vectors_keep_the_gate(tiny_st: Path) -> None:
+    """int8 (int8.py) keeps the same gate as bf16 here: per-token activations and per-channel
+    weights are each within 1/254 of their range, and the outlier channels stay in fp32."""
+    fp32 = encode(tiny_st, "fp32")
+    other = encode(tiny_st, "int8")
+    assert np.allclose(np.linalg.norm(other, axis=1), 1.0, atol=1e-5)
+    cosine = np.sum(fp32 * other, axis=1)
+    assert cosine.mean() >= precision.MIN_COSINE and cosine.min() >= 0.998, cosine
+    assert not np.array_equal(other, fp32)
+
+
+def test_int8_is_refused_on_a_cpu_without_int8_dot_products(
+    tiny_st: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(precision, "cpu_has_int8_dot", lambda: False)
+    with pytest.raises(UsageError, match="int8 needs a CPU with int8 dot-product instructions"):
+        get_encoder("sentence-transformers", model=str(tiny_st), precision="int8")
+    assert precision.candidates("cpu") == (["bf16"] if precision.cpu_has_fast_bf16() else [])
+
+
+def test_no_precision_is_part_of_the_spec(tiny_st: Path) -> None:
+    """Every precision keeps the quality gate, so like the device it is a run-time choice: an
+    index built in one is searched in whatever precision the searching machine picks."""
+    fp32 = get_encoder("sentence-transformers", model=str(tiny_st), precision="fp32")
+    for how in ("bfloat16",) + (("int8",) if precision.int8_available() else ()):
+        other = get_encoder("sentence-transformers", model=str(tiny_st), precision=how)
+        assert other.spec() == fp32.spec() and "precision" not in other.spec()["options"]
+    again = encoder_from_spec(fp32.spec(), precision="bf16")
+    assert again.precision == "bf16"  # type: ignore[attr-defined]
 
 
 def test_an_unknown_precision_is_a_usage_error(tiny_st: Path) -> None:
@@ -82,39 +108,49 @@ def test_auto_measures_once_per_machine_and_caches_the_choice(
 ) -> None:
     monkeypatch.setenv("DOCSEARCH_CACHE", str(tmp_path))
     monkeypatch.setattr(precision, "_CHOSEN", {})
-    calls: list[int] = []
+    asked: list[list[str]] = []
 
-    def measure() -> dict[str, float]:
-        calls.append(1)
-        return {"fp32_s": 1.0, "bf16_s": 0.5, "cosine": 0.9999}
+    def measure(names: Sequence[str]) -> dict[str, dict[str, float]]:
+        asked.append(list(names))
+        timings = {"fp32": 1.0, "bf16": 0.5, "int8": 0.6}
+        return {n: {"seconds": timings[n], "cosine": 0.9999} for n in ["fp32", *names]}
 
     key = {"cpu": "test", "model": "m", "threads": 2}
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
-    assert precision.choose_precision("cpu", key, measure) == "fp32" and not calls
+    monkeypatch.setattr(precision, "cpu_has_int8_dot", lambda: False)
+    assert precision.choose_precision("cpu", key, measure) == "fp32" and not asked
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)
-    assert precision.choose_precision("cuda", key, measure) == "fp32" and not calls
-    assert precision.choose_precision("cpu", key, measure) == "bf16" and len(calls) == 1
+    assert precision.choose_precision("cuda", key, measure) == "fp32" and not asked
+    assert precision.choose_precision("cpu", key, measure) == "bf16" and asked == [["bf16"]]
     [saved] = (tmp_path / "calibration").glob("precision-*.json")
     assert json.loads(saved.read_text())["choice"] == "bf16"
     monkeypatch.setattr(precision, "_CHOSEN", {})  # as a new process would start
-    assert precision.choose_precision("cpu", key, measure) == "bf16" and len(calls) == 1
+    assert precision.choose_precision("cpu", key, measure) == "bf16" and len(asked) == 1
     assert precision.choose_precision("cpu", key | {"threads": 1}, measure) == "bf16"
-    assert len(calls) == 2  # another thread count is measured on its own
+    assert len(asked) == 2  # another thread count is measured on its own
+    monkeypatch.setattr(precision, "cpu_has_int8_dot", lambda: True)
+    assert precision.choose_precision("cpu", key, measure) == "bf16"  # int8 joins: measured again
+    assert asked[-1] == ["int8", "bf16"] and len(asked) == 3
 
 
 @pytest.mark.parametrize(
-    ("fp32_s", "bf16_s", "cosine", "choice"),
+    ("measured", "choice"),
     [
-        (1.0, 0.5, 0.9999, "bf16"),
-        (1.0, 0.9, 0.9999, "fp32"),  # within timing noise: not worth the change
-        (1.0, 1.4, 0.9999, "fp32"),  # the flags say bf16, the kernels disagree
-        (1.0, 0.5, 0.99, "fp32"),  # fast but outside the quality gate
+        ({"bf16": (0.5, 0.9999)}, "bf16"),
+        ({"bf16": (0.9, 0.9999)}, "fp32"),  # within timing noise: not worth the change
+        ({"bf16": (1.4, 0.9999)}, "fp32"),  # the flags say bf16, the kernels disagree
+        ({"bf16": (0.5, 0.99)}, "fp32"),  # fast but outside the quality gate
+        ({"int8": (0.6, 0.9995), "bf16": (0.5, 0.9999)}, "bf16"),  # the fastest passing one
+        ({"int8": (0.4, 0.9995), "bf16": (0.5, 0.9999)}, "int8"),
+        ({"int8": (0.4, 0.998), "bf16": (0.5, 0.9999)}, "bf16"),  # int8 fails the gate
+        ({"int8": (0.6, 0.9995)}, "int8"),
     ],
 )
-def test_bf16_is_chosen_only_when_faster_and_faithful(
-    fp32_s: float, bf16_s: float, cosine: float, choice: str
+def test_the_fastest_faithful_precision_is_chosen(
+    measured: dict[str, tuple[float, float]], choice: str
 ) -> None:
-    assert precision.decide({"fp32_s": fp32_s, "bf16_s": bf16_s, "cosine": cosine}) == choice
+    found = {n: {"seconds": s, "cosine": c} for n, (s, c) in measured.items()}
+    assert precision.decide({"fp32": {"seconds": 1.0, "cosine": 1.0}, **found}) == choice
 
 
 def test_auto_on_the_real_kernels_picks_a_precision_that_keeps_the_gate(
@@ -126,8 +162,10 @@ def test_auto_on_the_real_kernels_picks_a_precision_that_keeps_the_gate(
     encoder = get_encoder("sentence-transformers", model=str(tiny_st))
     [saved] = (tmp_path / "calibration").glob("precision-*.json")
     record = json.loads(saved.read_text())
-    assert encoder.precision == record["choice"] == precision.decide(record)  # type: ignore[attr-defined]
-    assert record["cosine"] >= precision.MIN_COSINE and record["threads"] == 1
+    measured = record["measured"]
+    assert encoder.precision == record["choice"] == precision.decide(measured)  # type: ignore[attr-defined]
+    assert set(measured) == {"fp32", *precision.candidates("cpu")} and record["threads"] == 1
+    assert measured[record["choice"]]["cosine"] >= precision.MIN_COSINE
 
 
 def test_one_text_runs_on_one_thread_and_the_count_comes_back(tiny_st: Path) -> None:

@@ -132,11 +132,17 @@ def test_cpu_flags_are_read_from_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch, t
         return real_open(info if path == "/proc/cpuinfo" else path, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", fake_open)
-    for flags, expected in (("fpu sse avx512f", False), ("fpu avx512_bf16 amx_tile", True)):
+    cases = (
+        ("fpu sse avx2 avx512f", False, False),
+        ("fpu avx512_bf16 amx_tile", True, False),
+        ("fpu avx2 avx_vnni", False, True),
+        ("fpu avx512_vnni avx512_bf16", True, True),
+    )
+    for flags, bf16, int8 in cases:
         info.write_text(f"processor : 0\nflags : {flags}\n")
-        device.cpu_has_fast_bf16.cache_clear()
-        assert device.cpu_has_fast_bf16() is expected
-    device.cpu_has_fast_bf16.cache_clear()
+        device.cpu_flags.cache_clear()
+        assert (device.cpu_has_fast_bf16(), device.cpu_has_int8_dot()) == (bf16, int8), flags
+    device.cpu_flags.cache_clear()
 
 
 def test_importing_device_does_not_import_torch() -> None:

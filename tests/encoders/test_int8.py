@@ -1,0 +1,113 @@
+"""int8 Linear layers (docsearch/encoders/int8.py): the product, the outlier channels, the swap.
+
+The int32 product is exact on CPUs with int8 dot-product instructions, so the bounds below are
+those of the rounding alone: each weight is within half a step (its row's max / 127) of the
+smoothed weight, each activation within half a step (its token's max / 127). Skipped elsewhere,
+where docsearch does not run int8 (`precision.int8_available`).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from docsearch.encoders import precision
+from docsearch.encoders.int8 import KEPT_CHANNELS, Int8Linear, quantise
+
+pytestmark = [
+    pytest.mark.usefixtures("one_torch_thread"),
+    pytest.mark.skipif(not precision.int8_available(), reason="needs VNNI or AMX"),
+]
+
+
+def outlier_inputs(rows: int, width: int, seed: int = 0) -> torch.Tensor:
+    """Activations like a LayerNorm's: most channels ~N(0, 1), three channels 60x larger."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, width, generator=g)
+    x[:, [3, 17, 40]] *= 60.0
+    return x
+
+
+def rounding_bound(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+    """The largest error rounding may cause in each output: sum over the int8 channels of
+    |x'| dw/2 + |w'| dx/2 + dx dw/4 (x', w' the smoothed values, dx, dw their steps)."""
+    smooth_x = x * layer.unsmooth
+    smooth_x[:, layer.kept] = 0.0
+    weight = layer.weight.float().t() * layer.weight_scale[:, None]  # (out, in), dequantised
+    dx = smooth_x.abs().amax(1, keepdim=True) / 127  # (rows, 1)
+    dw = layer.weight_scale[None, :]  # (1, out)
+    return (
+        smooth_x.abs().sum(1, keepdim=True) * dw / 2
+        + dx / 2 * weight.abs().sum(1)[None, :]
+        + smooth_x.shape[1] * dx * dw / 4
+    )
+
+
+def test_the_product_is_within_its_rounding_bound() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 24)
+    x = outlier_inputs(50, 64)
+    layer = Int8Linear(linear, x.abs().amax(0))
+    with torch.no_grad():
+        exact, found = linear(x), layer(x)
+    error = (found - exact).abs()
+    # fp32 accumulation adds ~1e-5 relative to the bound itself
+    assert torch.all(error <= rounding_bound(layer, x) * (1 + 1e-4) + 1e-4)
+    assert error.max() > 0  # it did round
+
+
+def test_the_largest_channels_stay_in_fp32() -> None:
+    """The three 60x channels are among the kept ones, and keeping them is what holds the error
+    down: the same layer with every channel in int8 errs several times more."""
+    torch.manual_seed(1)
+    linear = nn.Linear(64, 24)
+    x = outlier_inputs(50, 64, seed=1)
+    layer = Int8Linear(linear, x.abs().amax(0))
+    assert len(layer.kept) == KEPT_CHANNELS and {3, 17, 40} <= set(layer.kept.tolist())
+    with torch.no_grad():
+        exact = linear(x)
+        kept_error = (layer(x) - exact).norm()
+        layer.kept = torch.zeros(0, dtype=torch.long)  # nothing kept: the outliers in int8
+        layer.kept_weight = torch.zeros(0, 24)
+        weight = linear.weight.detach() / layer.unsmooth
+        scale = weight.abs().amax(1) / 127
+        layer.weight = (weight / scale[:, None]).round().to(torch.int8).t().contiguous()
+        layer.weight_scale = scale
+        all_int8_error = (layer(x) - exact).norm()
+    assert all_int8_error > 3 * kept_error
+
+
+def test_shapes_dtypes_and_a_missing_bias() -> None:
+    linear = nn.Linear(16, 8, bias=False)
+    x = torch.randn(2, 5, 16)
+    layer = Int8Linear(linear, x.reshape(-1, 16).abs().amax(0))
+    out = layer(x)
+    assert out.shape == (2, 5, 8) and out.dtype == torch.float32
+    with torch.no_grad():
+        assert torch.allclose(out, linear(x), atol=0.05 * linear(x).abs().max().item())
+    assert torch.equal(layer(torch.zeros(3, 16)), torch.zeros(3, 8))  # no division by zero
+
+
+def test_quantise_swaps_the_layers_the_sample_reaches() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Linear(32, 12))
+            self.head = nn.Linear(12, 3)  # never called by the sample: left in fp32
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)
+
+    torch.manual_seed(2)
+    model = Model()
+    x = torch.randn(40, 12)
+    with torch.no_grad():
+        before = model(x)
+    quantise(model, lambda m: m(x))
+    assert isinstance(model.body[0], Int8Linear) and isinstance(model.body[2], Int8Linear)
+    assert type(model.head) is nn.Linear
+    with torch.no_grad():
+        after = model(x)
+    cosine = nn.functional.cosine_similarity(before, after, dim=1)
+    assert cosine.min() > 0.999 and not torch.equal(before, after)
