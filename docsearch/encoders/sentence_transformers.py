@@ -40,6 +40,10 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Rows per forward. 16 full MiniLM windows ran faster than 32 or 64 in fp32 and bf16 alike and
 # keep ~90 MB less activation memory resident while indexing (benchmarks/results/speed.md).
 DEFAULT_BATCH = 16
+# int8 runs memory-bound passes around each product (int8.py), which are cheapest while a
+# forward's tensors stay in cache: 16 MiniLM windows took 242 ms in batches of 4, 265 ms in
+# batches of 8 and 363 ms in one batch (fp32 took 588-606 ms at each of these sizes).
+INT8_BATCH = 4
 SINGLE_TEXT_THREADS = 1  # see the module docstring; measured in benchmarks/speed.py
 # The fixed batch "auto" times the precisions on: 4 texts that fill MiniLM's 256-token
 # window (indexing embeds full windows), varied so that no two rows are alike.
@@ -69,7 +73,7 @@ class SentenceTransformerEncoder(HFEncoder):
         max_tokens: int | None = None,
         adapter: str | None = None,
         device: str | None = None,
-        batch_size: int = DEFAULT_BATCH,
+        batch_size: int | None = None,
         precision: str = "auto",
     ) -> None:
         self.model_ref = model
@@ -95,7 +99,7 @@ class SentenceTransformerEncoder(HFEncoder):
         if self._fast is None:
             self._fast = convert(self._model, self.precision, in_place=True)
             self._model = None
-        self.batch_size = batch_size
+        self.batch_size = batch_size or (INT8_BATCH if self.precision == "int8" else DEFAULT_BATCH)
         self.query_prompt = query_prompt if query_prompt is not None else self._prompt("query")
         self.document_prompt = (
             document_prompt if document_prompt is not None else self._prompt("document")

@@ -62,6 +62,18 @@ def test_int8_vectors_keep_the_gate(tiny_st: Path) -> None:
     assert not np.array_equal(other, fp32)
 
 
+@needs_int8_dot
+def test_int8_forwards_fewer_rows_at_a_time_unless_told(tiny_st: Path) -> None:
+    from docsearch.encoders import sentence_transformers as st
+
+    def rows(**options: object) -> int:
+        encoder = get_encoder("sentence-transformers", model=str(tiny_st), **options)
+        return int(encoder.batch_size)  # type: ignore[attr-defined]
+
+    assert rows(precision="int8") == st.INT8_BATCH < st.DEFAULT_BATCH == rows(precision="fp32")
+    assert rows(precision="int8", batch_size=32) == 32
+
+
 def test_int8_is_refused_on_a_cpu_without_int8_dot_products(
     tiny_st: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
