@@ -5,7 +5,8 @@ whose vectors stay within the quality gate (mean cosine >= 0.999 to fp32): bf16 
 has native bf16 instructions (MiniLM measured 0.99995), int8 (`int8.py`: per-token activations,
 smoothing and fp32 outlier channels; MiniLM measured 0.9993-0.9995) on CPUs with int8
 dot-product instructions (VNNI, AMX; without them the int8 sums saturate), fp32 when
-neither is at least MIN_SPEEDUP faster. The flags alone do not decide, because the kernels torch
+neither is at least MIN_SPEEDUP faster. Of two that are within MIN_SPEEDUP of each other, the
+more faithful one wins (`decide`). The flags alone do not decide, because the kernels torch
 picks for the whole model (not just its matmuls) may be slower; so `choose_precision` times the
 candidates against fp32 on a short fixed batch once per machine, model and thread count, checks
 their cosine to fp32 on it, and caches the answer under the docsearch cache (a second process,
@@ -34,8 +35,9 @@ log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "qint8": "int8"}
-# A precision must beat fp32 by this much to be chosen: timing a short batch on a shared machine
-# is noisy, and a precision that is only as fast is not worth its (small) change to the vectors.
+# A precision must beat fp32 by this much to be chosen, and the less faithful of two must beat
+# the other by as much: timing a short batch on a shared machine is noisy, and a precision
+# that is only as fast is not worth its (small) change to the vectors.
 MIN_SPEEDUP = 1.15
 # The gate every automatic choice keeps (the issue's: mean cosine to fp32 vectors).
 MIN_COSINE = 0.999
@@ -137,17 +139,22 @@ def choose_precision(device: str, key: dict[str, Any], measure: Measure) -> str:
 
 
 def decide(measured: dict[str, dict[str, float]]) -> str:
-    """The fastest precision that keeps the cosine gate and is at least MIN_SPEEDUP times
-    faster than fp32; fp32 when none is."""
+    """The precision "auto" runs in: of those that keep the cosine gate and are at least
+    MIN_SPEEDUP times faster than fp32, the most faithful one within MIN_SPEEDUP of the
+    fastest (bf16 over an int8 that is only as fast); fp32 when none is."""
     reference = measured["fp32"]["seconds"]
-    passing = [
-        (found["seconds"], name)
+    passing = {
+        name: found
         for name, found in measured.items()
         if name != "fp32"
         and found["cosine"] >= MIN_COSINE
         and found["seconds"] * MIN_SPEEDUP <= reference
-    ]
-    return min(passing)[1] if passing else "fp32"
+    }
+    if not passing:
+        return "fp32"
+    fastest = min(found["seconds"] for found in passing.values())
+    near = [(-f["cosine"], n) for n, f in passing.items() if f["seconds"] <= fastest * MIN_SPEEDUP]
+    return min(near)[1]
 
 
 def _calibrate(
