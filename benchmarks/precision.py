@@ -144,6 +144,11 @@ def main() -> None:
     args.precisions = args.precisions.split(",")
     if args.precisions[0] != "fp32":
         parser.error("--precisions must start with fp32 (the reference)")
+    from docsearch.encoders.precision import int8_available
+
+    if "int8" in args.precisions and not int8_available():
+        print("int8 left out: this CPU has no int8 dot-product instructions", file=sys.stderr)
+        args.precisions.remove("int8")
     info = machine()
     command = "python benchmarks/precision.py " + " ".join(sys.argv[1:])
     result = {"machine": info, "command": command, "load": os.getloadavg(), "sets": run(args)}

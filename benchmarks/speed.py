@@ -388,9 +388,13 @@ def encoding(n_windows: int, rounds: int) -> dict[str, Any]:
     import torch
 
     from docsearch.encoders import get_encoder
+    from docsearch.encoders.precision import int8_available
 
     before = torch.get_num_threads()
-    encoders = {how: get_encoder("sentence-transformers", precision=how) for how in PRECISIONS}
+    # int8 runs only on CPUs with int8 dot products (encoders/precision.py); elsewhere no rows.
+    here = [how for how in PRECISIONS if how != "int8" or int8_available()]
+    runs = [config for config in ENCODING_CONFIGS if config[0] in here]
+    encoders = {how: get_encoder("sentence-transformers", precision=how) for how in here}
     auto = get_encoder("sentence-transformers").precision  # type: ignore[attr-defined]
     texts = cuad_windows(n_windows, encoders["fp32"])
     tokens = sum(encoders["fp32"].count_tokens(texts)) + 2 * len(texts)  # with [CLS], [SEP]
@@ -400,13 +404,13 @@ def encoding(n_windows: int, rounds: int) -> dict[str, Any]:
         how: float(np.mean(np.sum(e.encode_documents(texts) * reference, axis=1)))
         for how, e in encoders.items()
     }
-    times: dict[str, list[float]] = {_config_name(c): [] for c in ENCODING_CONFIGS}
+    times: dict[str, list[float]] = {_config_name(c): [] for c in runs}
     rates: list[dict[str, float]] = []
     loads = [os.getloadavg()[0]]
     for _ in range(rounds):
         torch.set_num_threads(before)
         rates.append(matmul_rates())
-        for how, batch, threads in ENCODING_CONFIGS:
+        for how, batch, threads in runs:
             encoder = encoders[how]
             encoder.batch_size = batch  # type: ignore[attr-defined]
             torch.set_num_threads(threads)
@@ -418,9 +422,7 @@ def encoding(n_windows: int, rounds: int) -> dict[str, Any]:
     torch.set_num_threads(before)
     matmul = {dtype: statistics.median(r[dtype] for r in rates) for dtype in rates[0]}
     configs = {}
-    for (how, batch, threads), name in zip(
-        ENCODING_CONFIGS, map(_config_name, ENCODING_CONFIGS), strict=True
-    ):
+    for (how, batch, threads), name in zip(runs, map(_config_name, runs), strict=True):
         tps = tokens / statistics.median(times[name])
         configs[name] = {
             "precision": how,
