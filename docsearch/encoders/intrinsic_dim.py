@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 
 METHODS = ("fit", "mle")
 
-CALIBRATION_TEXTS = SENTENCES  # each one also contributes its first half (calibration_sample)
-
 
 # ---------------------------------------------------------------------------------------------
 # TwoNN
@@ -93,8 +91,8 @@ def calibration_sample(texts: Sequence[str] | None = None) -> list[str]:
     """The texts to calibrate on: the given ones, or the built-in sample with half-texts."""
     if texts is not None:
         return [t for t in texts if t.strip()]
-    halves = [" ".join(t.split()[: max(1, len(t.split()) // 2)]) for t in CALIBRATION_TEXTS]
-    return list(CALIBRATION_TEXTS) + halves
+    halves = [" ".join(t.split()[: max(1, len(t.split()) // 2)]) for t in SENTENCES]
+    return list(SENTENCES) + halves
 
 
 def last_token_states(model: Any, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:

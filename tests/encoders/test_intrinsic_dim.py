@@ -19,6 +19,7 @@ from docsearch.encoders.intrinsic_dim import (
     select_layers,
     two_nn,
 )
+from docsearch.encoders.sample_texts import SENTENCES
 from tests.encoders import tiny_decoder
 
 
@@ -63,7 +64,7 @@ def test_calibration_runs_once_and_is_cached(
     )
     first = calibrate(model, tok, folder, "Context: {text} in one word:")
     assert len(first["dims"]) == 3 and first["layers"] == select_layers(first["dims"])
-    assert first["n_texts"] == len(calibration_sample()) == 2 * len(intrinsic_dim.CALIBRATION_TEXTS)
+    assert first["n_texts"] == len(calibration_sample()) == 2 * len(SENTENCES)
     monkeypatch.setattr(intrinsic_dim, "layer_dimensions", _refuse)
     assert calibrate(model, tok, folder, "Context: {text} in one word:") == first
     with pytest.raises(AssertionError):  # another template is another calibration
