@@ -1,0 +1,364 @@
+"""Does a collection's own pseudo-queries tell how much dense weight its short queries want?
+
+    nice -n 10 python benchmarks/calibrate.py [--cache /work/cache/calibrate] [--pseudo 200]
+
+For every corpus of the quality table (full size) and a sample of irled2017-precedent (Indian
+Supreme Court judgments: the domain of the maintainers' held-out catchphrase set), through the
+real store of a MiniLM index: each short query's (< fusion.LONG_QUERY_WORDS words) four hybrid
+legs, and the same for pseudo-queries the corpus yields itself (a chunk's highest tf-idf words,
+a sentence of it, a document's heading); the pseudo-query's own document is its one relevant
+document. Scored offline: the hybrid rule with its dense share d (the shipped rule is d = 0.4)
+on tuning queries, test queries and each pseudo-query kind, per corpus; then per-collection
+calibration rules (pick d on the collection's pseudo-queries), chosen leave-one-corpus-out on
+tuning queries, against the fixed rule. Writes results/calibrate.{json,md}.
+Not here: product code (docsearch/ is unchanged by this benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import pickle
+import random
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from doclevel import Query, group_queries
+from eval_sets import DATA, RESULTS, TABLE, Group, load_group, machine, machine_lines, write_results
+
+from docsearch.corpora.beir import RetrievalSet, load_beir
+from docsearch.evaluation import EvalIndex
+from docsearch.fusion import DOCUMENT_RULES, LONG_QUERY_WORDS, Fusion, aggregate
+from docsearch.indexer.filters import ChunkFilter
+
+ENCODER = "sentence-transformers"
+POOL = 500
+SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
+KINDS = ("keywords", "catchphrases", "concepts", "concepts30", "sentence", "heading")
+IRLED = Group("irled2017-precedent", (), max_docs=250)  # a seeded sample, judged or not
+STOP = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers him his how i if in into is it its itself just me more most my
+    no nor not now of off on once only or other our ours out over own same she should so some such
+    than that the their theirs them then there these they this those through to too under until up
+    very was we were what when where which while who whom why will with would you your yours also
+    said shall may upon whether within without one two three""".split()
+)
+WORD = re.compile(r"[^\W\d_]{3,}")
+SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def share_rule(d: float) -> Fusion:
+    """The shipped short-query rule's legs with dense share `d` (0.4 is the shipped rule)."""
+    lexical = 1.0 - d
+    weights = {"doc_lexical": lexical / 3, "lexical": 2 * lexical / 3}
+    weights |= {"doc_dense": d / 2, "dense": d / 2}
+    return Fusion("zscore", weights, aggregate={"lexical": "lse@0.1"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Pseudo-queries
+
+
+def pseudo_queries(chunks: list[dict[str, Any]], count: int, seed: int) -> list[Query]:
+    """Up to `count` pseudo-queries of each kind from a seeded sample of documents' chunks."""
+    df: Counter[str] = Counter()
+    for row in chunks:
+        df.update(set(WORD.findall(row["text"].lower())))
+    n = len(chunks)
+    by_doc: dict[str, list[dict[str, Any]]] = {}
+    for row in chunks:
+        by_doc.setdefault(row["path"], []).append(row)
+    doc_df: Counter[str] = Counter()
+    for rows in by_doc.values():
+        doc_df.update(set(WORD.findall(" ".join(r["text"] for r in rows).lower())))
+    rng = random.Random(seed)
+    docs = sorted(by_doc)
+    rng.shuffle(docs)
+    out: list[Query] = []
+    for doc in docs[:count]:
+        rows = sorted(by_doc[doc], key=lambda r: r["ordinal"])
+        chunk = rng.choice(rows)["text"]
+        whole = " ".join(r["text"] for r in rows)
+        texts = {
+            "keywords": _keywords(chunk, df, n),
+            "catchphrases": _keywords(whole, df, n, top=30),
+            "concepts": _concepts(whole, doc_df, len(by_doc), 10),
+            "concepts30": _concepts(whole, doc_df, len(by_doc), 30),
+            "sentence": _sentence(chunk, rng),
+            "heading": _heading(rows[0]["text"]),
+        }
+        for kind, text in texts.items():
+            if text:
+                out.append(Query(f"{kind}\0{doc}", kind, "pseudo", text, {doc: 1}))
+    return out
+
+
+def _keywords(text: str, df: Counter[str], n: int, top: int = 8) -> str:
+    words = [w for w in WORD.findall(text.lower()) if w not in STOP]
+    tf = Counter(words)
+    score = {w: c * math.log(n / (1 + df[w])) for w, c in tf.items()}
+    best = set(sorted(score, key=lambda w: (-score[w], w))[:top])
+    seen: list[str] = []
+    for w in words:
+        if w in best and w not in seen:
+            seen.append(w)
+    return " ".join(seen) if len(seen) >= 3 else ""
+
+
+def _concepts(text: str, doc_df: Counter[str], docs: int, top: int) -> str:
+    """The document's most frequent words among those 2-20% of the collection's documents hold:
+    its subject's terms rather than its names (what catchphrases read like)."""
+    low, high = max(2, 0.02 * docs), 0.2 * docs
+    words = [w for w in WORD.findall(text.lower()) if w not in STOP and low <= doc_df[w] <= high]
+    best = [w for w, _ in sorted(Counter(words).items(), key=lambda x: (-x[1], x[0]))[:top]]
+    return " ".join(best) if len(best) >= 3 else ""
+
+
+def _sentence(text: str, rng: random.Random) -> str:
+    fits = [s for s in SENTENCE.split(text) if 8 <= len(s.split()) < LONG_QUERY_WORDS]
+    return rng.choice(fits).strip() if fits else ""
+
+
+def _heading(text: str) -> str:
+    line = text.strip().split("\n", 1)[0].strip()
+    return line if 3 <= len(line.split()) <= 15 else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Legs through the real store
+
+
+def legs_of(store: Any, encoder: Any, queries: list[Query]) -> list[dict[str, dict[str, float]]]:
+    """Each query's four hybrid legs: {leg: {path: score}} as the retriever would fuse them."""
+    flt = ChunkFilter()
+    vectors = encoder.encode_queries([q.text for q in queries])
+    out = []
+    for q, vector in zip(queries, vectors, strict=True):
+        bm25 = store.search_text(q.text, POOL, flt, text=False)
+        near = store.search_vector(vector, POOL, flt, text=False)
+        legs = {
+            "lexical": aggregate(_per_path(bm25), "lse@0.1"),
+            "lexical_sum5": aggregate(_per_path(bm25), "sum@5"),
+            "dense": aggregate(_per_path(near), "max"),
+            "doc_lexical": {
+                d.path: d.score for d in store.search_documents_text(q.text, POOL, flt)
+            },
+            "doc_dense": {
+                d.path: d.score for d in store.search_documents_vector(vector, POOL, flt)
+            },
+        }
+        out.append(legs)
+    return out
+
+
+def _per_path(found: list[Any]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for one in found:
+        out.setdefault(one.path, []).append(one.score)
+    return out
+
+
+def collect(name: str, index_set: Any, queries: list[Query], args: argparse.Namespace) -> dict:
+    """{"queries", "legs"}: the real queries' and the pseudo-queries' legs, each cached under a
+    hash of its query texts (so new pseudo-query kinds search only themselves)."""
+    with EvalIndex(index_set, encoder=ENCODER, cache=args.indexes) as index:
+        print(
+            f"{name}: {index.chunks} chunks ({'cached' if index.cached else 'built'})",
+            file=sys.stderr,
+        )
+        store = index.retriever().store
+        chunks = store.rows(ChunkFilter(), ["path", "ordinal", "text"])
+        fake = pseudo_queries(chunks, args.pseudo, seed=0)
+        legs = []
+        for part in (queries, fake):
+            tag = hashlib.sha1(json.dumps([q.key + q.text for q in part]).encode()).hexdigest()
+            path = args.cache / f"{name.replace('/', '_')}-{tag[:12]}.pkl"
+            if not path.is_file():
+                started = time.perf_counter()
+                found = legs_of(store, index.encoder, part)
+                print(
+                    f"  {len(part)} queries: {time.perf_counter() - started:.0f} s", file=sys.stderr
+                )
+                path.write_bytes(pickle.dumps(found))
+            legs += pickle.loads(path.read_bytes())
+    return {"queries": queries + fake, "legs": legs}
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring
+
+
+def ndcg10(scores: dict[str, float], qrels: dict[str, int]) -> float:
+    order = sorted(scores, key=lambda k: (-scores[k], k))[:10]
+    gains = [qrels.get(k, 0) for k in order]
+    dcg = sum(g / math.log2(i + 2) for i, g in enumerate(gains))
+    ideal = sorted(qrels.values(), reverse=True)[:10]
+    best = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / best if best else 0.0
+
+
+def rules() -> dict[str, Any]:
+    """The share rules, the lexical rule and whole-document BM25 alone, as functions of legs."""
+    lexical = DOCUMENT_RULES["lexical"]
+    out: dict[str, Any] = {f"d={d}": share_rule(d) for d in SHARES}
+    out["lexical rule"] = lambda legs: lexical(
+        {"doc_lexical": legs["doc_lexical"], "lexical": legs["lexical_sum5"]}
+    )
+    out["doc BM25"] = lambda legs: legs["doc_lexical"]
+    return out
+
+
+def default_rule(text: str) -> str:
+    """The rule the product's hybrid mode ranks `text` by."""
+    return "lexical rule" if len(text.split()) >= LONG_QUERY_WORDS else "d=0.4"
+
+
+def score_table(saved: dict[str, Any]) -> dict[tuple[str, str], np.ndarray]:
+    """{(dataset or kind, role): queries x rules() nDCG@10}."""
+    scorers = list(rules().values())
+    rows: dict[tuple[str, str], list[list[float]]] = {}
+    for q, legs in zip(saved["queries"], saved["legs"], strict=True):
+        per = [ndcg10(rule(legs), q.qrels) for rule in scorers]
+        per.append(per[list(rules()).index(default_rule(q.text))])
+        long = len(q.text.split()) >= LONG_QUERY_WORDS
+        rows.setdefault((q.dataset, f"{q.role}{' long' if long else ''}"), []).append(per)
+    return {key: np.asarray(v) for key, v in rows.items()}
+
+
+def main() -> None:
+    args = parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    table: dict[str, dict[tuple[str, str], np.ndarray]] = {}
+    for group in (*TABLE, IRLED):
+        if args.corpora and group.corpus not in args.corpora.split(","):
+            continue
+        if group is IRLED:
+            corpus = load_beir(DATA / IRLED.corpus, "test").corpus
+            kept = random.Random(0).sample(sorted(corpus), IRLED.max_docs or len(corpus))
+            index_set = RetrievalSet(IRLED.corpus, {d: corpus[d] for d in kept}, {}, {})
+            queries: list[Query] = []
+        else:
+            index_set, _ = load_group(group, 100000, 100000)
+            queries = group_queries(group, set(index_set.corpus))
+        table[group.corpus] = score_table(collect(group.corpus, index_set, queries, args))
+    from peers import NOTES, kept_notes
+
+    payload = analyse(table)
+    info = machine()
+    notes = kept_notes(args.out / "calibrate.md")
+    text = markdown(payload, info) + f"\n{NOTES}\n{notes}"
+    write_results(args.out, "calibrate", payload | {"machine": info}, text)
+
+
+def analyse(table: dict[str, dict[tuple[str, str], np.ndarray]]) -> dict[str, Any]:
+    means = {
+        corpus: {
+            f"{name}:{role}": m.mean(axis=0).round(4).tolist() for (name, role), m in t.items()
+        }
+        for corpus, t in table.items()
+    }
+    counts = {
+        corpus: {f"{name}:{role}": len(m) for (name, role), m in t.items()}
+        for corpus, t in table.items()
+    }
+    payload = {"rules": [*rules(), "default"], "means": means, "counts": counts}
+    return payload | {"calibrated": calibrated(payload)}
+
+
+SHIPPED = "d=0.4"
+
+
+def calibrated(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per pseudo-query kind and real short-query set: the share a collection's own short
+    pseudo-queries of that kind pick (the shipped one unless another ranks them strictly
+    better) and the real queries' nDCG@10 at it, beside the shipped rule's."""
+    names = payload["rules"]
+    shares = [n for n in names if n.startswith("d=")]
+    out = []
+    for corpus, rows in payload["means"].items():
+        real = [k for k in rows if k.endswith((":tune", ":test"))]
+        for kind in KINDS:
+            pseudo = rows.get(f"{kind}:pseudo")
+            if pseudo is None:
+                continue
+            at = {n: pseudo[names.index(n)] for n in shares}
+            best = max(at.values())
+            chosen = SHIPPED if at[SHIPPED] >= best else max(shares, key=lambda n: at[n])
+            for key in sorted(real):
+                values = rows[key]
+                out.append(
+                    {
+                        "corpus": corpus,
+                        "kind": kind,
+                        "queries": key,
+                        "chosen": chosen,
+                        "calibrated": values[names.index(chosen)],
+                        "shipped": values[names.index(SHIPPED)],
+                    }
+                )
+    return out
+
+
+def markdown(payload: dict[str, Any], info: dict[str, Any]) -> str:
+    names = payload["rules"]
+    shares = [i for i, name in enumerate(names) if name.startswith("d=")]
+    lines = [
+        "# Calibrating the dense share per collection from its own pseudo-queries",
+        "",
+        *machine_lines(info, "python benchmarks/calibrate.py"),
+        "",
+        "nDCG@10 of the short-query hybrid rule by dense share d (d = 0.4 is the shipped rule).",
+        "",
+        "| corpus | queries | n | " + " | ".join(names) + " | best d |",
+        "|---|---|---|" + "---|" * len(names) + "---|",
+    ]
+    for corpus, rows in payload["means"].items():
+        for key, values in sorted(rows.items()):
+            best = names[max(shares, key=lambda i: values[i])]
+            cells = " | ".join(f"{v:.4f}" for v in values)
+            lines.append(
+                f"| {corpus} | {key} | {payload['counts'][corpus][key]} | {cells} | {best} |"
+            )
+    lines += [
+        "",
+        "## Calibrated per collection: the share its own pseudo-queries pick, on real queries",
+        "",
+        "Short real queries (< 24 words) only; the shipped share is kept unless another ranks "
+        "the collection's short pseudo-queries of that kind strictly better.",
+        "",
+        "| corpus | pseudo-queries | real queries | chosen | nDCG@10 calibrated | shipped d=0.4 "
+        "| change |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in payload["calibrated"]:
+        change = row["calibrated"] - row["shipped"]
+        lines.append(
+            f"| {row['corpus']} | {row['kind']} | {row['queries']} | {row['chosen']} | "
+            f"{row['calibrated']:.4f} | {row['shipped']:.4f} | {change:+.4f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cache", type=Path, default=Path("/work/cache/calibrate"))
+    parser.add_argument(
+        "--indexes", type=Path, default=Path("/work/cache/eval"), help="quality.py's --cache"
+    )
+    parser.add_argument("--pseudo", type=int, default=200, help="documents per corpus")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--corpora", help="comma-separated corpus groups (default: all)")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    main()
