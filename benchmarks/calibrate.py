@@ -26,6 +26,7 @@ import re
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,20 +218,41 @@ def rules() -> dict[str, Any]:
     return out
 
 
-def default_rule(text: str) -> str:
-    """The rule the product's hybrid mode ranks `text` by."""
-    return "lexical rule" if len(text.split()) >= LONG_QUERY_WORDS else "d=0.4"
+def default_name(words: int, threshold: int = LONG_QUERY_WORDS) -> str:
+    """The rule the product's hybrid mode ranks a query of `words` words by."""
+    return "lexical rule" if words >= threshold else "d=0.4"
 
 
-def score_table(saved: dict[str, Any]) -> dict[tuple[str, str], np.ndarray]:
-    """{(dataset or kind, role): queries x rules() nDCG@10}."""
-    scorers = list(rules().values())
+@dataclass
+class Scored:
+    """One query's nDCG@10 under every rule of rules()."""
+
+    dataset: str  # a real set, or a pseudo-query kind
+    role: str  # tune, test or pseudo
+    words: int
+    ndcg: dict[str, float]
+
+
+def score_all(saved: dict[str, Any]) -> list[Scored]:
+    named = rules()
+    return [
+        Scored(
+            q.dataset,
+            q.role,
+            len(q.text.split()),
+            {name: ndcg10(rule(legs), q.qrels) for name, rule in named.items()},
+        )
+        for q, legs in zip(saved["queries"], saved["legs"], strict=True)
+    ]
+
+
+def score_table(scored: list[Scored]) -> dict[tuple[str, str], np.ndarray]:
+    """{(dataset or kind, role[ long]): queries x (rules(), the product's default) nDCG@10}."""
     rows: dict[tuple[str, str], list[list[float]]] = {}
-    for q, legs in zip(saved["queries"], saved["legs"], strict=True):
-        per = [ndcg10(rule(legs), q.qrels) for rule in scorers]
-        per.append(per[list(rules()).index(default_rule(q.text))])
-        long = len(q.text.split()) >= LONG_QUERY_WORDS
-        rows.setdefault((q.dataset, f"{q.role}{' long' if long else ''}"), []).append(per)
+    for one in scored:
+        long = one.words >= LONG_QUERY_WORDS
+        per = [*one.ndcg.values(), one.ndcg[default_name(one.words)]]
+        rows.setdefault((one.dataset, f"{one.role}{' long' if long else ''}"), []).append(per)
     return {key: np.asarray(v) for key, v in rows.items()}
 
 
@@ -238,6 +260,7 @@ def main() -> None:
     args = parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     table: dict[str, dict[tuple[str, str], np.ndarray]] = {}
+    real: dict[str, list[Scored]] = {}
     for group in (*TABLE, IRLED):
         if args.corpora and group.corpus not in args.corpora.split(","):
             continue
@@ -249,14 +272,71 @@ def main() -> None:
         else:
             index_set, _ = load_group(group, 100000, 100000)
             queries = group_queries(group, set(index_set.corpus))
-        table[group.corpus] = score_table(collect(group.corpus, index_set, queries, args))
+        scored = score_all(collect(group.corpus, index_set, queries, args))
+        table[group.corpus] = score_table(scored)
+        real[group.corpus] = [one for one in scored if one.role != "pseudo"]
     from peers import NOTES, kept_notes
 
-    payload = analyse(table)
+    payload = analyse(table) | {"length_rule": length_study(real)}
     info = machine()
     notes = kept_notes(args.out / "calibrate.md")
     text = markdown(payload, info) + f"\n{NOTES}\n{notes}"
     write_results(args.out, "calibrate", payload | {"machine": info}, text)
+
+
+# The shipped (threshold, short rule, long rule) against its neighbours, on the full corpora.
+THRESHOLDS = (16, 24, 32, 40, 48, 64, 10**9)
+LONG_RULES = ("lexical rule", "d=0.0", "d=0.1", "d=0.2", "d=0.3", "d=0.4")
+SHIPPED_LENGTH = (LONG_QUERY_WORDS, "d=0.4", "lexical rule")
+
+
+def length_study(real: dict[str, list[Scored]]) -> dict[str, Any]:
+    """Every (threshold, short share, long rule) scored per set and role as its change from
+    the shipped triple; the one with the best worst change over the sets' tuning queries
+    (ties: best mean), on all corpora and leaving each corpus group out."""
+    shorts = [f"d={d}" for d in SHARES if d <= 0.6]
+    triples = [(t, s, lg) for t in THRESHOLDS for s in shorts for lg in LONG_RULES]
+    by_set: dict[tuple[str, str], list[Scored]] = {}
+    for corpus, scored in real.items():
+        for one in scored:
+            by_set.setdefault((f"{corpus}\0{one.dataset}", one.role), []).append(one)
+
+    def mean(triple: tuple[int, str, str], key: tuple[str, str]) -> float:
+        t, short, long = triple
+        return float(np.mean([q.ndcg[short if q.words < t else long] for q in by_set[key]]))
+
+    shipped = {key: mean(SHIPPED_LENGTH, key) for key in by_set}
+    change = {tr: {key: mean(tr, key) - shipped[key] for key in by_set} for tr in triples}
+
+    def pick(without: str | None) -> tuple[int, str, str]:
+        tune = [k for k in by_set if k[1] == "tune" and not k[0].startswith(f"{without}\0")]
+        return max(
+            triples,
+            key=lambda tr: (
+                min(change[tr][k] for k in tune),
+                float(np.mean([change[tr][k] for k in tune])),
+                tr == SHIPPED_LENGTH,
+            ),
+        )
+
+    def row(tr: tuple[int, str, str]) -> dict[str, Any]:
+        return {
+            "triple": list(tr),
+            "change": {
+                f"{k[0].split(chr(0))[1]}:{k[1]}": round(v, 4) for k, v in change[tr].items()
+            },
+        }
+
+    ranked = sorted(
+        triples,
+        key=lambda tr: -min(v for k, v in change[tr].items() if k[1] == "tune"),
+    )
+    return {
+        "shipped": {f"{k[0].split(chr(0))[1]}:{k[1]}": round(v, 4) for k, v in shipped.items()},
+        "chosen": row(pick(None)),
+        "top": [row(tr) for tr in ranked if tr != pick(None)][:6],
+        "lodo": {corpus: row(pick(corpus)) for corpus, scored in real.items() if scored},
+    }
 
 
 def analyse(table: dict[str, dict[tuple[str, str], np.ndarray]]) -> dict[str, Any]:
@@ -345,7 +425,38 @@ def markdown(payload: dict[str, Any], info: dict[str, Any]) -> str:
             f"| {row['corpus']} | {row['kind']} | {row['queries']} | {row['chosen']} | "
             f"{row['calibrated']:.4f} | {row['shipped']:.4f} | {change:+.4f} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + length_lines(payload["length_rule"])) + "\n"
+
+
+def _triple(row: dict[str, Any]) -> str:
+    t, short, long = row["triple"]
+    words = "never" if t >= 10**9 else f"{t}+ words"
+    return f"short {short}, long ({words}) {long}"
+
+
+def length_lines(study: dict[str, Any]) -> list[str]:
+    sets = list(study["shipped"])
+    tune = [k for k in sets if k.endswith(":tune")]
+    lines = [
+        "",
+        "## The length rule re-chosen on the full corpora (real queries, tuning roles)",
+        "",
+        "Every (threshold, short share, long rule) scored as its change from the shipped one "
+        f"({_triple({'triple': list(SHIPPED_LENGTH)})}); chosen by the best worst change over "
+        "the sets' tuning queries, on all sets and leaving each corpus group out.",
+        "",
+        "| rule | worst tuning change | " + " | ".join(sets) + " |",
+        "|---|---|" + "---|" * len(sets),
+        "| shipped (nDCG@10) | | " + " | ".join(f"{study['shipped'][k]:.4f}" for k in sets) + " |",
+    ]
+    for label, row in [("chosen", study["chosen"])] + [("top", r) for r in study["top"]]:
+        worst = min(row["change"][k] for k in tune)
+        cells = " | ".join(f"{row['change'][k]:+.4f}" for k in sets)
+        lines.append(f"| {label}: {_triple(row)} | {worst:+.4f} | {cells} |")
+    for corpus, row in study["lodo"].items():
+        cells = " | ".join(f"{row['change'][k]:+.4f}" for k in sets)
+        lines.append(f"| without {corpus}: {_triple(row)} | | {cells} |")
+    return lines
 
 
 def parse_args() -> argparse.Namespace:
