@@ -215,6 +215,8 @@ def rules() -> dict[str, Any]:
         {"doc_lexical": legs["doc_lexical"], "lexical": legs["lexical_sum5"]}
     )
     out["doc BM25"] = lambda legs: legs["doc_lexical"]
+    for leg in ("lexical", "doc_dense", "dense"):  # the hybrid rule's other legs, each alone
+        out[f"{leg} alone"] = lambda legs, leg=leg: legs[leg]
     return out
 
 

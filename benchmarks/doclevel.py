@@ -3,7 +3,7 @@
     nice -n 10 python benchmarks/doclevel.py [--cache /work/cache/doclevel] [--collect-only]
     nice -n 10 python benchmarks/doclevel.py --hybrid-only   # results/doclevel_hybrid.{json,md}
 
-Step 1 (cached, slow once): every corpus of the quality table (eval_sets.TABLE, same sampling)
+Step 1 (cached, slow once): every corpus of the quality table (eval_sets.DOCLEVEL_SAMPLES, the samples the quality table had then)
 is indexed twice through the real pipeline: lexical-only (400-word chunks, what `--encoder none`
 builds) and with the default encoder (all-MiniLM-L6-v2, 256-token chunks). For every query of
 every split it stores, per index: the Lance full-text (BM25) score of every matching chunk, the
@@ -36,7 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from eval_sets import DATA, RESULTS, TABLE, Group, load_group, machine, machine_lines, write_results
+from eval_sets import (
+    DATA,
+    DOCLEVEL_SAMPLES,
+    RESULTS,
+    Group,
+    load_group,
+    machine,
+    machine_lines,
+    write_results,
+)
 
 from docsearch.corpora.beir import RetrievalSet, load_beir
 from docsearch.evaluation import EvalIndex
@@ -190,9 +199,9 @@ def collect_index(index_set: RetrievalSet, queries: list[Query], encoder: str, c
 
 
 def collect(cache: Path) -> dict[str, dict[str, Any]]:
-    """{corpus group: {"corpus", "queries", "files": {encoder: npz}}} for every TABLE group."""
+    """{corpus group: {"corpus", "queries", "files": {encoder: npz}}} for every sampled group."""
     out: dict[str, dict[str, Any]] = {}
-    for group in TABLE:
+    for group in DOCLEVEL_SAMPLES:
         index_set, _ = load_group(group)
         queries = group_queries(group, set(index_set.corpus))
         files = {
@@ -842,8 +851,8 @@ class Scorer:
 # ---------------------------------------------------------------------------------------------
 # Choosing a rule on tuning queries: in-domain, leave one corpus group out, all groups
 
-DATASETS = [name for g in TABLE for name, _ in g.datasets]
-GROUP_OF = {name: g.corpus for g in TABLE for name, _ in g.datasets}
+DATASETS = [name for g in DOCLEVEL_SAMPLES for name, _ in g.datasets]
+GROUP_OF = {name: g.corpus for g in DOCLEVEL_SAMPLES for name, _ in g.datasets}
 REFERENCE = Rule("leg", (("doc:reference", 1.0),))
 TODAY_LEXICAL = Rule("leg", (("lo:lex-today", 1.0),))
 TODAY_HYBRID = Rule("leg", (("st:hybrid-today", 1.0),))
@@ -1396,7 +1405,7 @@ def sizes_section(groups: list[GroupData], cache: Path) -> tuple[list[str], dict
     ]
     out = {}
     for g in groups:
-        group = next(t for t in TABLE if t.corpus == g.name)
+        group = next(t for t in DOCLEVEL_SAMPLES if t.corpus == g.name)
         index_set, _ = load_group(group)
         name = "eval-" + corpus_fingerprint(index_set, ENCODER, {}, None, 0)
         chunk_bytes = table_size(cache / "eval" / f"{name}__chunks.lance")
@@ -1454,7 +1463,7 @@ SCALE_COPIES = 7  # qmsum x 7: 97,615 MiniLM chunks' worth of text in 1,624 docu
 
 
 def scale_section(group: GroupData, cache: Path) -> tuple[list[str], dict[str, Any]]:
-    index_set, _ = load_group(next(t for t in TABLE if t.corpus == group.name))
+    index_set, _ = load_group(next(t for t in DOCLEVEL_SAMPLES if t.corpus == group.name))
     bodies = [index_set.corpus[d].body for d in group.docs]
     out = latency_at_scale(group, bodies, SCALE_COPIES, cache)
     chunks = SCALE_COPIES * group.cost["st_chunks"]
@@ -1491,7 +1500,7 @@ def markdown(payload: dict[str, Any], scorer: Scorer) -> str:
     lines += machine_lines(payload["machine"], payload["command"])
     lines += [
         f"- encoder: {ENCODER} (all-MiniLM-L6-v2, 256-token chunks); lexical-only mode: the "
-        "`--encoder none` index (400-word chunks); corpora sampled as in quality.md (eval_sets.TABLE)",
+        "`--encoder none` index (400-word chunks); corpora sampled as eval_sets.DOCLEVEL_SAMPLES",
         f"- candidate pools: {CHUNK_POOL} chunks per chunk leg (what search(k=100) asks for today), "
         f"{DOC_POOL} documents per document-level leg; metrics at the document level",
         "- splits: qmsum and qmsum/summary2meeting have train/val/test (train+val = tuning); scifact: "
@@ -1898,7 +1907,7 @@ def guard_reading(studies: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def hybrid_only(args: argparse.Namespace, info: dict[str, Any]) -> None:
-    groups = [build_group(g, args.cache) for g in TABLE]
+    groups = [build_group(g, args.cache) for g in DOCLEVEL_SAMPLES]
     scorer = Scorer(groups)
     for d in DATASETS:
         print(
@@ -1931,7 +1940,7 @@ def main() -> None:
     if args.hybrid_only:
         hybrid_only(args, info)
         return
-    groups = [build_group(g, args.cache) for g in TABLE]
+    groups = [build_group(g, args.cache) for g in DOCLEVEL_SAMPLES]
     result, scorer = analyse(groups)
     key_lines, key_rows = key_numbers(scorer, result)
     size_lines, sizes = sizes_section(groups, args.cache)

@@ -22,7 +22,7 @@ from typing import Any
 
 import doclevel as D
 import numpy as np
-from eval_sets import RESULTS, TABLE, machine, machine_lines, write_results
+from eval_sets import DOCLEVEL_SAMPLES, RESULTS, machine, machine_lines, write_results
 
 DEPTHS = ((500, 500), (200, 500), (500, 100), (300, 300), (200, 200), (100, 100))
 LONG_WORDS = 24  # fusion.document_rule's threshold for the lexical rule in hybrid
@@ -31,7 +31,7 @@ LONG_WORDS = 24  # fusion.document_rule's threshold for the lexical rule in hybr
 def scores_at(chunk_pool: int, doc_pool: int, cache: Path) -> dict[str, dict[str, Any]]:
     """{dataset: {role: (mean nDCG@10, queries)}} of the lexical rule on long queries."""
     D.CHUNK_POOL, D.DOC_POOL = chunk_pool, doc_pool
-    groups = [D.build_group(g, cache) for g in TABLE]
+    groups = [D.build_group(g, cache) for g in DOCLEVEL_SAMPLES]
     scorer = D.Scorer(groups)
     words = np.concatenate([[len(q.text.split()) for q in g.queries] for g in groups])
     values = scorer.score(D.single(D.LEXICAL_MODE))

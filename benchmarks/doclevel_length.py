@@ -28,7 +28,7 @@ from typing import Any
 
 import doclevel as D
 import numpy as np
-from eval_sets import RESULTS, TABLE, machine, machine_lines, write_results
+from eval_sets import DOCLEVEL_SAMPLES, RESULTS, machine, machine_lines, write_results
 
 WORDS = (16, 24, 32, 40, 48, 64)  # the length threshold's grid (words, whitespace-split)
 ROLES = ("tune", "test")
@@ -230,7 +230,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     info = machine()
-    scorer = D.Scorer([D.build_group(g, args.cache) for g in TABLE])
+    scorer = D.Scorer([D.build_group(g, args.cache) for g in DOCLEVEL_SAMPLES])
     studies = {key: study(Chooser(scorer, guard=key == "guard")) for key in ("default", "guard")}
     payload = {
         "machine": info,

@@ -23,7 +23,7 @@ from typing import Any
 
 import doclevel as D
 import numpy as np
-from eval_sets import RESULTS, TABLE, machine, machine_lines, write_results
+from eval_sets import DOCLEVEL_SAMPLES, RESULTS, machine, machine_lines, write_results
 
 WORD = re.compile(r"[^\W_]+")  # Lance's simple tokenizer splits at anything not alphanumeric
 LONG_WORDS = 24  # fusion.document_rule's threshold for the lexical rule in hybrid
@@ -37,14 +37,14 @@ def once(text: str) -> str:
 
 def groups(cache: Path, deduplicated: bool) -> list[D.GroupData]:
     if not deduplicated:
-        return [D.build_group(g, cache) for g in TABLE]
+        return [D.build_group(g, cache) for g in DOCLEVEL_SAMPLES]
     written, references = D.group_queries, D.whole_doc_references
     D.group_queries = lambda group, corpus: [
         dataclasses.replace(q, text=once(q.text)) for q in written(group, corpus)
     ]
     D.whole_doc_references = lambda *args, **kwargs: {}  # not a leg of the lexical rule
     try:
-        return [D.build_group(g, cache) for g in TABLE]
+        return [D.build_group(g, cache) for g in DOCLEVEL_SAMPLES]
     finally:
         D.group_queries, D.whole_doc_references = written, references
 

@@ -2,6 +2,7 @@
 
     python benchmarks/quality.py [--encoders none,sentence-transformers] [--datasets cuad,scifact]
         [--modes lexical,vector,hybrid] [--max-docs N] [--max-queries N] [--cache DIR]
+        [--merge OLD/quality.json]
 
 Every encoder in the registry is tried with its default options; one that cannot be built here
 (no weights offline, missing module) is listed with the reason. `none` is the lexical-only index
@@ -10,15 +11,17 @@ rank-bm25 (k1 0.9, b 0.4, regex word tokens, no stemming: the data README's refe
 docsearch mode. Each corpus is indexed once per encoder through the real pipeline and searched in
 every mode with the default rules (docsearch.fusion.DOCUMENT_RULES); `--compare-chunk` adds the
 hybrid ranking from before the document level (each document its best chunk, CHUNK_FUSION), and
-`--compare-rrf` plain RRF over the same. Long sets are subsampled (see `eval_sets.py`, notes in
-the table). Indexes are cached in --cache, so a re-run only searches (a cached collection built
-before the document table gets one from its stored chunks and vectors: nothing is embedded).
+`--compare-rrf` plain RRF over the same. The main table runs every corpus at full size (the small
+tier samples, see `eval_sets.py`). Indexes are cached in --cache, so a re-run only searches (a
+cached collection built before the document table gets one from its stored chunks and vectors:
+nothing is embedded); `--merge` keeps an earlier run's cells for the datasets this one leaves out.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import re
 import sys
 import time
@@ -47,8 +50,8 @@ from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, Fusion
 MODES = ("lexical", "vector", "hybrid")
 FAST = ("sentence-transformers",)  # encoders fast enough on CPU for the main table
 MAIN_ABOUT = (
-    "The lexical-only index and the fast encoders on the full sets (long ones subsampled, "
-    "see the sizes); `bm25-reference` is whole-document BM25, not a docsearch mode."
+    "The lexical-only index and the fast encoders on the full corpora; `bm25-reference` is "
+    "whole-document BM25, not a docsearch mode."
 )
 SMALL_ABOUT = (
     "Every encoder that runs offline, on small seeded samples that decoder encoders can embed "
@@ -395,7 +398,32 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--tiers", default="main,small", help="main (fast encoders), small (every encoder)"
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        help="an earlier run's quality.json: its main-tier cells for datasets this run leaves "
+        "out are kept (both commands are recorded)",
+    )
     return parser.parse_args()
+
+
+def merged(tier: dict[str, Any], earlier: Path) -> tuple[dict[str, Any], str]:
+    """`tier` with the cells of `earlier`'s main tier that it lacks, and `earlier`'s command."""
+    before = json.loads(earlier.read_text())
+    old = before["tiers"]["main"]
+    rows = {
+        enc: {m: dict(cells) for m, cells in modes.items()} for enc, modes in old["rows"].items()
+    }
+    for encoder, modes in tier["rows"].items():
+        for mode, cells in modes.items():
+            rows.setdefault(encoder, {}).setdefault(mode, {}).update(cells)
+    ordered = [d for d in dataset_names(TABLE) if d in {*tier["datasets"], *old["datasets"]}]
+    rows = {
+        enc: {m: {d: cells[d] for d in ordered if d in cells} for m, cells in modes.items()}
+        for enc, modes in rows.items()
+    }
+    out = tier | {"datasets": ordered, "rows": rows, "hybrid_checks": hybrid_checks(rows)}
+    return out, before["command"]
 
 
 def select_groups(table: tuple[Group, ...], names: str | None) -> list[Group]:
@@ -442,8 +470,12 @@ def main() -> None:
     fast = [e for e in encoders if e in FAST]
     slow = [e for e in encoders if e not in FAST]
     tiers: dict[str, Any] = {}
+    command = "python " + " ".join(sys.argv)
     if "main" in args.tiers:
         tier = run_tier(select_groups(TABLE, args.datasets), fast, lexical, args)
+        if args.merge:
+            tier, earlier = merged(tier, args.merge)
+            command += f"; cells of the datasets it left out: `{earlier}`"
         tiers["main"] = tier | {"title": "Main table", "about": MAIN_ABOUT}
     if "small" in args.tiers and slow:
         small_args = argparse.Namespace(**{**vars(args), "max_docs": None, "max_queries": None})
@@ -455,7 +487,7 @@ def main() -> None:
         }
     payload = {
         "machine": info,
-        "command": "python " + " ".join(sys.argv),
+        "command": command,
         "fusion": _fusion_text(),
         "tiers": tiers,
         "skipped": skipped,
