@@ -143,10 +143,6 @@ def split_after(pattern: str | re.Pattern[str], text: str, span: Span) -> list[S
     return _cut(text, span, _ends(pattern, text, span))
 
 
-def split_lines(text: str, span: Span) -> list[Span]:
-    return split_after("\n", text, span)
-
-
 def split_sentences(text: str, span: Span) -> list[Span]:
     return split_after(_SENTENCE_END, text, span)
 
