@@ -38,7 +38,7 @@ from doclevel import Query, group_queries
 from eval_sets import DATA, RESULTS, TABLE, Group, load_group, machine, machine_lines, write_results
 
 from docsearch.corpora.beir import RetrievalSet, load_beir
-from docsearch.evaluation import EvalIndex
+from docsearch.evaluation import EvalIndex, ndcg_at_k
 from docsearch.fusion import DOCUMENT_RULES, LONG_QUERY_WORDS, Fusion, aggregate
 from docsearch.indexer.filters import ChunkFilter
 
@@ -47,6 +47,11 @@ POOL = 500
 SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8)
 KINDS = ("keywords", "catchphrases", "concepts", "concepts30", "sentence", "heading")
 IRLED = Group("irled2017-precedent", (), max_docs=250)  # a seeded sample, judged or not
+# The shipped hybrid rule (fusion.document_rule) as (length threshold, short rule, long rule), and
+# the neighbours the length study holds it against.
+SHIPPED_LENGTH = (LONG_QUERY_WORDS, "d=0.4", "lexical rule")
+THRESHOLDS = (16, 24, 32, 40, 48, 64, 10**9)
+LONG_RULES = ("lexical rule", "d=0.0", "d=0.1", "d=0.2", "d=0.3", "d=0.4")
 STOP = frozenset(
     """a about above after again against all am an and any are as at be because been before being
     below between both but by can could did do does doing down during each few for from further had
@@ -74,16 +79,16 @@ def share_rule(d: float) -> Fusion:
 
 def pseudo_queries(chunks: list[dict[str, Any]], count: int, seed: int) -> list[Query]:
     """Up to `count` pseudo-queries of each kind from a seeded sample of documents' chunks."""
-    df: Counter[str] = Counter()
-    for row in chunks:
-        df.update(set(WORD.findall(row["text"].lower())))
-    n = len(chunks)
+    df: Counter[str] = Counter()  # chunks holding each word
+    doc_words: dict[str, set[str]] = {}
     by_doc: dict[str, list[dict[str, Any]]] = {}
     for row in chunks:
+        words = set(WORD.findall(row["text"].lower()))
+        df.update(words)
+        doc_words.setdefault(row["path"], set()).update(words)
         by_doc.setdefault(row["path"], []).append(row)
-    doc_df: Counter[str] = Counter()
-    for rows in by_doc.values():
-        doc_df.update(set(WORD.findall(" ".join(r["text"] for r in rows).lower())))
+    n = len(chunks)
+    doc_df = Counter(w for words in doc_words.values() for w in words)
     rng = random.Random(seed)
     docs = sorted(by_doc)
     rng.shuffle(docs)
@@ -202,12 +207,7 @@ def collect(name: str, index_set: Any, queries: list[Query], args: argparse.Name
 
 
 def ndcg10(scores: dict[str, float], qrels: dict[str, int]) -> float:
-    order = sorted(scores, key=lambda k: (-scores[k], k))[:10]
-    gains = [qrels.get(k, 0) for k in order]
-    dcg = sum(g / math.log2(i + 2) for i, g in enumerate(gains))
-    ideal = sorted(qrels.values(), reverse=True)[:10]
-    best = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
-    return dcg / best if best else 0.0
+    return ndcg_at_k(sorted(scores, key=lambda k: (-scores[k], k)), qrels, 10)
 
 
 def rules() -> dict[str, Any]:
@@ -223,9 +223,10 @@ def rules() -> dict[str, Any]:
     return out
 
 
-def default_name(words: int, threshold: int = LONG_QUERY_WORDS) -> str:
+def default_name(words: int) -> str:
     """The rule the product's hybrid mode ranks a query of `words` words by."""
-    return "lexical rule" if words >= threshold else "d=0.4"
+    threshold, short, long = SHIPPED_LENGTH
+    return long if words >= threshold else short
 
 
 @dataclass
@@ -289,12 +290,6 @@ def main() -> None:
     write_results(args.out, "calibrate", payload | {"machine": info}, text)
 
 
-# The shipped (threshold, short rule, long rule) against its neighbours, on the full corpora.
-THRESHOLDS = (16, 24, 32, 40, 48, 64, 10**9)
-LONG_RULES = ("lexical rule", "d=0.0", "d=0.1", "d=0.2", "d=0.3", "d=0.4")
-SHIPPED_LENGTH = (LONG_QUERY_WORDS, "d=0.4", "lexical rule")
-
-
 def length_study(real: dict[str, list[Scored]]) -> dict[str, Any]:
     """Every (threshold, short share, long rule) scored per set and role as its change from
     the shipped triple; the one with the best worst change over the sets' tuning queries
@@ -332,14 +327,15 @@ def length_study(real: dict[str, list[Scored]]) -> dict[str, Any]:
             },
         }
 
+    chosen = pick(None)
     ranked = sorted(
         triples,
         key=lambda tr: -min(v for k, v in change[tr].items() if k[1] == "tune"),
     )
     return {
         "shipped": {f"{k[0].split(chr(0))[1]}:{k[1]}": round(v, 4) for k, v in shipped.items()},
-        "chosen": row(pick(None)),
-        "top": [row(tr) for tr in ranked if tr != pick(None)][:6],
+        "chosen": row(chosen),
+        "top": [row(tr) for tr in ranked if tr != chosen][:6],
         "lodo": {corpus: row(pick(corpus)) for corpus, scored in real.items() if scored},
     }
 

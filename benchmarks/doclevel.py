@@ -3,8 +3,8 @@
     nice -n 10 python benchmarks/doclevel.py [--cache /work/cache/doclevel] [--collect-only]
     nice -n 10 python benchmarks/doclevel.py --hybrid-only   # results/doclevel_hybrid.{json,md}
 
-Step 1 (cached, slow once): every corpus of the quality table (eval_sets.DOCLEVEL_SAMPLES, the samples the quality table had then)
-is indexed twice through the real pipeline: lexical-only (400-word chunks, what `--encoder none`
+Step 1 (cached, slow once): every corpus of eval_sets.DOCLEVEL_SAMPLES (the quality table's samples
+when the rules were chosen) is indexed twice through the real pipeline: lexical-only (400-word chunks, what `--encoder none`
 builds) and with the default encoder (all-MiniLM-L6-v2, 256-token chunks). For every query of
 every split it stores, per index: the Lance full-text (BM25) score of every matching chunk, the
 product's lexical leg (identifier lifting, pool 500) and the query vector; the chunk vectors are

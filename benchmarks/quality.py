@@ -411,17 +411,14 @@ def merged(tier: dict[str, Any], earlier: Path) -> tuple[dict[str, Any], str]:
     """`tier` with the cells of `earlier`'s main tier that it lacks, and `earlier`'s command."""
     before = json.loads(earlier.read_text())
     old = before["tiers"]["main"]
-    rows = {
-        enc: {m: dict(cells) for m, cells in modes.items()} for enc, modes in old["rows"].items()
-    }
-    for encoder, modes in tier["rows"].items():
-        for mode, cells in modes.items():
-            rows.setdefault(encoder, {}).setdefault(mode, {}).update(cells)
     ordered = [d for d in dataset_names(TABLE) if d in {*tier["datasets"], *old["datasets"]}]
-    rows = {
-        enc: {m: {d: cells[d] for d in ordered if d in cells} for m, cells in modes.items()}
-        for enc, modes in rows.items()
-    }
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for encoder in {**old["rows"], **tier["rows"]}:
+        earlier, now = old["rows"].get(encoder, {}), tier["rows"].get(encoder, {})
+        rows[encoder] = {}
+        for mode in {**earlier, **now}:
+            cells = {**earlier.get(mode, {}), **now.get(mode, {})}
+            rows[encoder][mode] = {d: cells[d] for d in ordered if d in cells}
     out = tier | {"datasets": ordered, "rows": rows, "hybrid_checks": hybrid_checks(rows)}
     return out, before["command"]
 
