@@ -1373,7 +1373,23 @@ class Store:
     ) -> list[Candidate]:
         columns = [*_result_columns(text), "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
-        return [candidate(r, r.pop("_score")) for r in self._scan(where, **scan)]
+        try:
+            rows = self._scan(where, **scan)
+        except ValueError:
+            if self._text_unindexed():
+                return []
+            raise
+        return [candidate(r, r.pop("_score")) for r in rows]
+
+    def _text_unindexed(self) -> bool:
+        """Whether the chunks table is still without its full-text index, as it is between a
+        new collection's creation (the chunks table comes last: it marks the collection as
+        there) and its first index run building the indexes before any row lands. Such a table
+        is empty, so a full-text search there finds nothing rather than failing (checked on the
+        error path only)."""
+        dataset = self._read("chunks")
+        indexed = any(found["type"] == "Inverted" for found in dataset.list_indices())
+        return not indexed and dataset.count_rows() == 0
 
     def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""

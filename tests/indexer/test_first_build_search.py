@@ -95,3 +95,15 @@ def test_a_collection_is_searchable_before_its_first_commit(tmp_path: Path) -> N
     retriever = Retriever("c", db=db)
     assert retriever.search("walrus", mode="lexical") == []
     assert retriever.search("walrus", mode="hybrid") == []
+
+
+@pytest.mark.parametrize("mode", ["lexical", "hybrid"])
+def test_a_collection_just_created_answers_before_its_indexes_exist(
+    tmp_path: Path, mode: str
+) -> None:
+    """Between a new collection's tables and its first run's indexes (a watcher or an API job
+    creating it while someone searches) a search finds nothing instead of failing."""
+    db = str(tmp_path / "db")
+    p = prepared(db)  # opens (creates) the collection; the indexes come as a run starts
+    assert not p.store.search_text("walrus", 10, None)
+    assert Retriever("c", db=db, encoder=p.encoder).search("walrus", mode=mode) == []
