@@ -11,7 +11,8 @@ rank-bm25 (k1 0.9, b 0.4, regex word tokens, no stemming: the data README's refe
 docsearch mode. Each corpus is indexed once per encoder through the real pipeline and searched in
 every mode with the default rules (docsearch.fusion.DOCUMENT_RULES); `--compare-chunk` adds the
 hybrid ranking from before the document level (each document its best chunk, CHUNK_FUSION), and
-`--compare-rrf` plain RRF over the same. The main table runs every corpus at full size (the small
+`--compare-rrf` plain RRF over the same (both without the numbered-instrument lift, which came
+later). The main table runs every corpus at full size (the small
 tier samples, see `eval_sets.py`). Indexes are cached in --cache, so a re-run only searches (a
 cached collection built before the document table gets one from its stored chunks and vectors:
 nothing is embedded); `--merge` keeps an earlier run's cells for the datasets this one leaves out.
@@ -43,6 +44,7 @@ from eval_sets import (
     write_results,
 )
 
+import docsearch.retriever as retriever_module
 from docsearch.corpora.beir import RetrievalSet
 from docsearch.evaluation import RUN_DEPTH, EvalIndex, score_run
 from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, Fusion
@@ -170,6 +172,8 @@ def run_encoder(
                 for mode in modes:
                     started = time.perf_counter()
                     search_mode = "hybrid" if mode in FUSIONS else mode
+                    # The rankings from before are compared as they were: no instrument lift.
+                    retriever_module.LIFT_INSTRUMENTS = mode not in FUSIONS
                     result = index.evaluate(search_mode, queries=rset, fusion=FUSIONS.get(mode))
                     out[mode][name] = cell(result) | {"cached_index": index.cached}
                     print(

@@ -15,6 +15,9 @@ search ranks them); `granularity="passage"` returns chunks instead (for RAG). Ex
 the query ("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that
 contain them (passages; the document rules use plain BM25, as they were measured): all of a
 query's identifiers (at most `snippets.MAX_IDENTIFIERS`) go into one extra full-text search.
+A query that names a numbered instrument ("Amendment No. 3 to the License Agreement") ranks the
+documents whose opening says they are that instrument first among the fused top INSTRUMENT_DEPTH
+(`docsearch.instruments`; `instrument` in `Hit.scores`); passages are not lifted.
 A Retriever follows its collection: once a switch (`docsearch index --switch`) swaps in a version
 built with another encoder or chunker, searches go to that version, with its encoder; each search
 reads one version from start to end, and one the swap interrupted is run again on the new one.
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from docsearch import instruments
 from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.encoders.base import Encoder, encoder_from_spec, same_identity
@@ -107,6 +111,12 @@ OVERLAP_ENCODING = True
 # Query by document: the documents each document leg ranks best whose chunks are matched with
 # the query document's, chunk by chunk (the `chunk_dense` leg of fusion.SIMILAR_RULES).
 MATCH_POOL = 100
+# A query that names a numbered instrument ("Amendment No. 3 to the License Agreement") lifts
+# the documents among the fused ranking's first INSTRUMENT_DEPTH whose opening says they are
+# that instrument above the rest there: their siblings share every other word
+# (`docsearch.instruments`). LIFT_INSTRUMENTS = False: the fused order as it is.
+INSTRUMENT_DEPTH = 20
+LIFT_INSTRUMENTS = True
 
 
 @dataclass(frozen=True)
@@ -634,10 +644,11 @@ class Retriever:
             shown[leg] = {d.doc_id: d.raw_score for d in docs}
             doc_paths.update((d.doc_id, d.path) for d in docs)
         ranking = _Ranking(legs, rule, shown)
+        order, named = self._instruments_first(ranking.order, query, doc_paths)
         best: dict[str, list[str]] = {}  # doc_id -> its chunks, best first
         for key in chunks.order:
             best.setdefault(by_id[key].doc_id, []).append(key)
-        top = ranking.order[:k]
+        top = order[:k]
         wanted = [by_id[key] for doc in top for key in best.get(doc, [])[:MAX_PASSAGES]]
         read = {one.chunk_id: one for one in self.store.with_text(wanted)}
         # A document indexed again since the legs read it has lost those chunks: it is then
@@ -657,10 +668,34 @@ class Retriever:
             ] or unreached[doc_paths[doc]]
             best_passage = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
             best_passage["score"] = ranking.fused[doc]
-            hits.append(
-                Hit(**best_passage, scores=ranking.scores(doc, i), passages=tuple(passages))
-            )
+            scores = ranking.scores(doc, i)
+            if doc in named:
+                scores["instrument"] = {"rank": named[doc][0], "score": float(named[doc][1])}
+            hits.append(Hit(**best_passage, scores=scores, passages=tuple(passages)))
         return hits
+
+    def _instruments_first(
+        self, order: list[str], query: str, doc_paths: dict[str, str]
+    ) -> tuple[list[str], dict[str, tuple[int, int]]]:
+        """`order` with the documents among its first INSTRUMENT_DEPTH that are instruments the
+        query names (by their first chunk's opening) moved ahead, those naming the most first,
+        else in fused order; and doc_id -> (rank among them, how many it is) for each."""
+        wanted = instruments.in_query(query) if LIFT_INSTRUMENTS else frozenset()
+        head = order[:INSTRUMENT_DEPTH]
+        if not wanted or not head:
+            return order, {}
+        first_chunks = ChunkFilter(paths=[doc_paths[doc] for doc in head], where="ordinal = 0")
+        opening = {
+            row["path"]: row["text"] for row in self.store.rows(first_chunks, ["path", "text"])
+        }
+        held = {
+            doc: len(instruments.matches(wanted, opening.get(doc_paths[doc], ""))) for doc in head
+        }
+        lifted = sorted(head, key=lambda doc: -held[doc])  # stable: fused order among equals
+        named = [doc for doc in lifted if held[doc]]
+        return lifted + order[INSTRUMENT_DEPTH:], {
+            doc: (i, held[doc]) for i, doc in enumerate(named, start=1)
+        }
 
     def _document_rule(self, mode: str, flt: ChunkFilter, query: str) -> Fusion:
         """The mode's document rule for `query` (hybrid: the Retriever's fusion if it has one);
