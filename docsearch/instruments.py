@@ -4,9 +4,10 @@ Contracts come in families: an agreement, its amendments, their schedules and ex
 parties, defined terms and most of their words, so BM25 and embeddings rank the siblings alike
 and only the number tells them apart. A query that names an instrument wants the document that
 *is* that instrument, and a document says what it is in its opening, where its heading stands.
-`named` reads the instruments a text names; `own` what a document's opening names itself (the
-first of each kind: an amendment's opening may go on to cite the earlier ones); `matches` says
-whether a document is one the query names.
+`in_query` reads the instruments a query names as documents ("Amendment No. 3", "the Second
+Amendment to ..."); `own` what a document's opening names itself (the first of each kind: an
+amendment's opening may go on to cite the earlier ones); `matches` says whether a document is
+one the query names.
 Not here: reordering results (the Retriever lifts matching documents), clause references such as
 "Section 7.2(a)" (those are `snippets.identifiers`, matched verbatim inside chunks).
 """
@@ -51,7 +52,9 @@ _NUMBERED = re.compile(
     r"(?P<to>\s+(?:to|of)\b)?",
     re.IGNORECASE,
 )
-_ORDERED = re.compile(rf"\b(?P<ordinal>{_ORDINAL})\s+(?P<kind>{_KIND})\b", re.IGNORECASE)
+_ORDERED = re.compile(
+    rf"\b(?P<ordinal>{_ORDINAL})\s+(?P<kind>{_KIND})\b(?P<to>\s+(?:to|of)\b)?", re.IGNORECASE
+)
 
 
 class Instrument(NamedTuple):
@@ -84,32 +87,37 @@ def _ordinal(text: str) -> str:
 ATTACHMENTS = frozenset(("schedule", "exhibit", "annex", "appendix", "attachment", "rider"))
 
 
-def named(text: str, headings: bool = False) -> list[tuple[int, Instrument]]:
-    """Every instrument `text` names, with where it starts, in order of position. `headings`:
-    only the forms a heading uses ("Amendment No. 3", "Third Amendment", "Amendment 3 to",
-    "Schedule 2")."""
+def named(text: str, form: str) -> list[tuple[int, Instrument]]:
+    """The instruments `text` names in `form`, with where each starts, in order of position.
+    "heading": the forms a document's heading uses ("Amendment No. 3", "Third Amendment",
+    "Amendment 3 to", "Schedule 2"). "reference": the forms that name a document, with its number
+    marker or what it amends or belongs to ("Amendment No. 3", "Amendment 3 to", "the Second
+    Amendment to", "Schedule B of"); a bare "Ninth Schedule" or "Seventeenth Amendment" in a
+    query is more often a statute's part than a document of the collection."""
+    heading = form == "heading"
     found = [
         (m.start(), Instrument(_kind(m["kind"]), _number(m["number"])))
         for m in _NUMBERED.finditer(text)
-        if not headings or m["marker"] or m["to"] or _kind(m["kind"]) in ATTACHMENTS
+        if m["marker"] or m["to"] or (heading and _kind(m["kind"]) in ATTACHMENTS)
     ]
     found += [
         (m.start(), Instrument(_kind(m["kind"]), _ordinal(m["ordinal"])))
         for m in _ORDERED.finditer(text)
+        if heading or m["to"]
     ]
     return sorted(found)
 
 
 def in_query(query: str) -> frozenset[Instrument]:
-    """The instruments a query names."""
-    return frozenset(one for _, one in named(query))
+    """The instruments a query names as documents ("reference" forms)."""
+    return frozenset(one for _, one in named(query, "reference"))
 
 
 def own(opening: str) -> dict[str, str]:
     """kind -> number of the instruments a document's opening names itself: the first of each
     kind in its first OPENING_CHARS characters."""
     first: dict[str, str] = {}
-    for _, one in named(opening[:OPENING_CHARS], headings=True):
+    for _, one in named(opening[:OPENING_CHARS], "heading"):
         first.setdefault(one.kind, one.number)
     return first
 
