@@ -157,7 +157,7 @@ def run_encoder(
     out: dict[str, dict[str, dict[str, Any]]] = {m: {} for m in modes}
     for group in groups:
         index_set, sets = load_group(group, args.max_docs, args.max_queries, args.seed)
-        options = small_options(encoder) if small else {}
+        options = small_options(encoder) if small else dict(o.split("=", 1) for o in args.option)
         cap = SMALL_CAP if small and encoder not in FAST else None
         with EvalIndex(
             index_set, encoder=encoder, options=options, cap=cap, cache=args.cache
@@ -396,6 +396,14 @@ def parse_args() -> argparse.Namespace:
         "--compare-chunk",
         action="store_true",
         help="add the hybrid row from before the document level (best chunk, maxnorm 0.4/0.6)",
+    )
+    parser.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option for the main tier's encoders, e.g. precision=fp32 (its own cached index)",
     )
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for quality.{json,md}")
