@@ -1376,20 +1376,24 @@ class Store:
         try:
             rows = self._scan(where, **scan)
         except ValueError:
-            if self._text_unindexed():
+            # Read on a version from before the full-text index (checked on the error path only)
+            indexed, empty = self._text_index_state()
+            if not indexed and empty:
                 return []
-            raise
+            if not indexed:
+                raise
+            rows = self._scan(where, **scan)  # the index landed since that read: read again
         return [candidate(r, r.pop("_score")) for r in rows]
 
-    def _text_unindexed(self) -> bool:
-        """Whether the chunks table is still without its full-text index, as it is between a
-        new collection's creation (the chunks table comes last: it marks the collection as
-        there) and its first index run building the indexes before any row lands. Such a table
-        is empty, so a full-text search there finds nothing rather than failing (checked on the
-        error path only)."""
+    def _text_index_state(self) -> tuple[bool, bool]:
+        """(has a full-text index, is empty) for the chunks table's latest version. A new
+        collection's chunks table is created first without the index (it marks the collection
+        as there) and its first run builds the index before any row lands: a search that read
+        a version in between finds nothing, which is the truth for it; one that read it just
+        before the index landed is run again."""
         dataset = self._read("chunks")
         indexed = any(found["type"] == "Inverted" for found in dataset.list_indices())
-        return not indexed and dataset.count_rows() == 0
+        return indexed, dataset.count_rows() == 0
 
     def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""

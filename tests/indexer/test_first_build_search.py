@@ -107,3 +107,27 @@ def test_a_collection_just_created_answers_before_its_indexes_exist(
     p = prepared(db)  # opens (creates) the collection; the indexes come as a run starts
     assert not p.store.search_text("walrus", 10, None)
     assert Retriever("c", db=db, encoder=p.encoder).search("walrus", mode=mode) == []
+
+
+def test_a_search_that_read_before_the_index_landed_is_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search reads the new collection's version without the full-text index, and the run's
+    first commit (the index, then the rows) lands before the search looks at why it failed: it
+    is run again on the version that has both, instead of failing (HTTP 500 in `serve`)."""
+    db = str(tmp_path / "db")
+    p = prepared(db)
+    indexer = Indexer(Job(p.store, p.encoder, p.chunker, group_chunks=1))
+    scan, failed = p.store._scan, []
+
+    def read_then_commit(where: object, **how: object) -> object:
+        try:
+            return scan(where, **how)  # type: ignore[arg-type]
+        except ValueError:
+            failed.append(True)
+            add(indexer, "a.md")
+            raise
+
+    monkeypatch.setattr(p.store, "_scan", read_then_commit)
+    assert [Path(c.path).name for c in p.store.search_text("walrus", 10, None)] == ["a.md"]
+    assert failed == [True]
