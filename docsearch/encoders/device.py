@@ -18,6 +18,7 @@ torch is imported inside the functions so that the CLI can import this module ch
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
@@ -62,13 +63,37 @@ def cpu_has_fast_bf16() -> bool:
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
+# The environment variables that hold torch's kernel libraries below what the CPU has (oneDNN,
+# MKL, fbgemm, ATen's own): a run under them takes other kernels, so a timed choice made
+# without them does not hold under them.
+ISA_CAPS = (
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "FBGEMM_ENABLE_INSTRUCTIONS",
+    "ATEN_CPU_CAPABILITY",
+)
+# oneDNN ISA caps without int8 dot products (VNNI comes with AVX2_VNNI, AVX512_CORE_VNNI and up).
+_ONEDNN_WITHOUT_VNNI = frozenset(("SSE41", "AVX", "AVX2", "AVX512_CORE"))
+
+
+def isa_caps() -> dict[str, str]:
+    """The ISA_CAPS set in this process's environment."""
+    return {name: os.environ[name] for name in ISA_CAPS if os.environ.get(name)}
+
+
 def cpu_has_int8_dot() -> bool:
-    """True when the CPU has int8 dot-product instructions (x86 VNNI or AMX, Arm dotprod).
+    """True when the CPU has int8 dot-product instructions (x86 VNNI or AMX, Arm dotprod) and
+    oneDNN is not held below them (`ONEDNN_MAX_CPU_ISA=AVX2`, say).
 
     Without them torch's int8 matmul (oneDNN) sums pairs of products in 16 bits and saturates:
     with oneDNN held to AVX2, a random 384-deep product was off by up to 106,679, and MiniLM's
     vectors fell to cosine 0.998 to fp32.
     """
+    caps = isa_caps()
+    onednn = caps.get("ONEDNN_MAX_CPU_ISA", caps.get("DNNL_MAX_CPU_ISA", "")).upper()
+    if onednn in _ONEDNN_WITHOUT_VNNI:
+        return False
     return bool(cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"})
 
 

@@ -11,14 +11,18 @@ sample of text:
 - the KEPT_CHANNELS largest input channels after smoothing stay in fp32: their slice of the
   product is a small fp32 matmul added to the int8 one.
 
+Two kernels run the integer product exactly (`kernel_here` picks): "dot", symmetric int8
+activations and `torch._int_mm`, on CPUs with int8 dot-product instructions (VNNI, AMX, Arm
+dotprod); "fbgemm", each token mapped affinely onto 0..127 and fbgemm's dynamic Linear, on other
+x86 CPUs (AVX2 only), where a full 8-bit product would saturate its 16-bit pair sums.
+
 Measured on MiniLM against fp32 (mean cosine; 96 windows of scifact, and where named of qmsum
 and cuad too; calibrated on the built-in sample only): torch's dynamic quantisation (per-tensor,
 7-bit activations on x86) 0.983; per-token activations 0.9976; with smoothing 0.9989-0.9990;
-with 8 kept channels 0.9993-0.9995 (all three sets). benchmarks/precision.py measures the gate
-on the real sets. The int32 product is exact only on CPUs with int8 dot-product instructions
-(`device.cpu_has_int8_dot`); precision.py uses int8 nowhere else. The calibration is run
-again by each process that builds an int8 encoder: 0.45 s for MiniLM on 2 cores, beside
-the 2.2 s of loading it.
+with 8 kept channels 0.9993-0.9995 (all three sets); the fbgemm kernel's 7-bit affine tokens
+0.9993-0.9994 (its speed on an AVX2 CPU: benchmarks/results/speed.md). benchmarks/precision.py
+measures the gate on the real sets. The calibration is run again by each process that builds an
+int8 encoder: 0.45 s for MiniLM on 2 cores, beside the 2.2 s of loading it.
 
 Not here: when int8 is used (precision.py), the calibration texts (sample_texts.py).
 """
@@ -38,19 +42,45 @@ KEPT_CHANNELS = 8  # 8 and 16 measured alike; with none, 1 - cosine went from 0.
 _LEVELS = 127.0  # symmetric int8: -127..127
 
 
+# Where the CPU has no int8 dot products (x86 with AVX2 only), an int8 matmul sums pairs of
+# u8 x s8 products in 16 bits and saturates unless the u8 side stays within 7 bits; fbgemm's
+# dynamic Linear holds it there (`reduce_range`). So that kernel maps each token affinely onto
+# 0..127 (its minimum to 0: GELU and LayerNorm outputs are lopsided, and an affine grid spends
+# no level on the side they lack) and hands fbgemm the rows already on that grid.
+AFFINE_LEVELS = 127.0
+KERNELS = ("dot", "fbgemm")
+
+
+def kernel_here() -> str | None:
+    """The exact int8 kernel this CPU runs fast: "dot" (`torch._int_mm`) with int8 dot-product
+    instructions, "fbgemm" (7-bit activations) on other x86 CPUs, None elsewhere."""
+    from docsearch.encoders.device import cpu_has_int8_dot
+
+    if cpu_has_int8_dot() and hasattr(torch, "_int_mm"):
+        return "dot"
+    return "fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else None
+
+
 class Int8Linear(nn.Module):
     """`linear`'s product in int8, given the largest |activation| each input channel reached
-    on the calibration sample (`input_max`, shape (in_features,))."""
+    on the calibration sample (`input_max`, shape (in_features,)), by `kernel` (KERNELS;
+    default `kernel_here()`)."""
 
     kept: torch.Tensor  # input channels kept in fp32, ascending
     kept_weight: torch.Tensor  # (kept, out) fp32
-    weight: torch.Tensor  # (in, out) int8, the kept rows zero
-    weight_scale: torch.Tensor  # (out,) one scale per output channel
+    weight: torch.Tensor  # "dot": (in, out) int8, the kept rows zero
+    weight_scale: torch.Tensor  # "dot": (out,) one scale per output channel
+    weight_sum: torch.Tensor  # "fbgemm": (out,) each output's sum of its int8 weights as floats
     unsmooth: torch.Tensor  # (in,) 1 / the smoothing factors
     bias: torch.Tensor  # (out,) zero when the layer has none
 
-    def __init__(self, linear: nn.Linear, input_max: torch.Tensor) -> None:
+    def __init__(
+        self, linear: nn.Linear, input_max: torch.Tensor, kernel: str | None = None
+    ) -> None:
         super().__init__()
+        self.kernel = kernel or kernel_here()
+        if self.kernel not in KERNELS:
+            raise ValueError(f"no int8 kernel {self.kernel!r} here; one of {', '.join(KERNELS)}")
         weight = linear.weight.detach().float()
         weight_max = weight.abs().amax(0).clamp(min=1e-5)
         smooth = input_max.float().clamp(min=1e-5) ** SMOOTHING / weight_max ** (1 - SMOOTHING)
@@ -61,9 +91,13 @@ class Int8Linear(nn.Module):
         self.register_buffer("kept_weight", weight[:, kept].t().contiguous())  # (kept, out)
         weight[:, kept] = 0.0
         scale = weight.abs().amax(1).clamp(min=1e-12) / _LEVELS  # per output channel
-        quantised = (weight / scale[:, None]).round().clamp(-_LEVELS, _LEVELS).to(torch.int8)
-        self.register_buffer("weight", quantised.t().contiguous())  # (in, out) for _int_mm
-        self.register_buffer("weight_scale", scale)
+        quantised = (weight / scale[:, None]).round().clamp(-_LEVELS, _LEVELS)
+        if self.kernel == "dot":
+            self.register_buffer("weight", quantised.to(torch.int8).t().contiguous())
+            self.register_buffer("weight_scale", scale)
+        else:
+            self.packed = _fbgemm_weight(quantised, scale)
+            self.register_buffer("weight_sum", (quantised * scale[:, None]).sum(1))
         self.register_buffer("unsmooth", 1.0 / smooth)
         bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(len(scale))
         self.register_buffer("bias", bias)
@@ -74,16 +108,50 @@ class Int8Linear(nn.Module):
         rows = x.reshape(-1, shape[-1]).float() * self.unsmooth  # a fresh tensor: edited below
         kept = rows[:, self.kept]
         rows[:, self.kept] = 0.0
-        # Per token. (|x| then its row maximum measured 10x faster than aminmax or the inf-norm.)
-        scale = rows.abs().amax(1, keepdim=True).clamp_(min=1e-12).div_(_LEVELS)
-        quantised = rows.div_(scale).round_().to(torch.int8)
-        out = torch._int_mm(quantised, self.weight).float().mul_(scale)
-        out = torch.addcmul(self.bias, out, self.weight_scale)
+        out = self._dot(rows) if self.kernel == "dot" else self._fbgemm(rows)
         out.addmm_(kept, self.kept_weight)
         return out.view(*shape[:-1], self.out_features).to(x.dtype)
 
+    def _dot(self, rows: torch.Tensor) -> torch.Tensor:
+        """Symmetric int8 per token, an exact int32 product."""
+        # (|x| then its row maximum measured 10x faster than aminmax or the inf-norm.)
+        scale = rows.abs().amax(1, keepdim=True).clamp_(min=1e-12).div_(_LEVELS)
+        quantised = rows.div_(scale).round_().to(torch.int8)
+        out = torch._int_mm(quantised, self.weight).float().mul_(scale)
+        return torch.addcmul(self.bias, out, self.weight_scale)
+
+    def _fbgemm(self, rows: torch.Tensor) -> torch.Tensor:
+        """Affine 7-bit per token: each row as low + step * (0..127). fbgemm quantises the
+        whole input with one scale from its range, here exactly that grid (0 to 127)."""
+        low = rows.amin(1, keepdim=True)
+        step = (rows.amax(1, keepdim=True) - low).clamp_(min=1e-12).div_(AFFINE_LEVELS)
+        grid = rows.sub_(low).div_(step)
+        out = torch.ops.quantized.linear_dynamic(grid, self.packed, True)  # 7-bit activations
+        out = torch.addcmul(self.bias, out, step)
+        return out.addmm_(low, self.weight_sum[None, :])  # the rows' lows times the weights
+
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, int8 {self.kernel}"
+        )
+
+
+def _fbgemm_weight(quantised: torch.Tensor, scale: torch.Tensor) -> Any:
+    """fbgemm's packed form of (out, in) int8 weights with one scale per output channel."""
+    import warnings
+
+    with warnings.catch_warnings():  # torch marks its quantised tensors as deprecated
+        warnings.simplefilter("ignore", UserWarning)
+        zero = torch.zeros(len(scale), dtype=torch.long)
+        weight = torch._make_per_channel_quantized_tensor(
+            quantised.to(torch.int8), scale.double(), zero, 0
+        )
+    engine = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "fbgemm"  # the packed weights carry their kernel with them
+    try:
+        return torch.ops.quantized.linear_prepack(weight, None)
+    finally:
+        torch.backends.quantized.engine = engine
 
 
 def quantise(model: nn.Module, run_sample: Callable[[nn.Module], Any]) -> nn.Module:

@@ -3,14 +3,15 @@
 `PRECISIONS`: "auto" (the default), "fp32", "bf16", "int8". "auto" is the fastest precision
 whose vectors stay within the quality gate (mean cosine >= 0.999 to fp32): bf16 where the CPU
 has native bf16 instructions (MiniLM measured 0.99995), int8 (`int8.py`: per-token activations,
-smoothing and fp32 outlier channels; MiniLM measured 0.9993-0.9995) on CPUs with int8
-dot-product instructions (VNNI, AMX; without them the int8 sums saturate), fp32 when
+smoothing and fp32 outlier channels; MiniLM measured 0.9993-0.9995) where an exact int8 kernel
+runs (int8 dot-product instructions, or fbgemm's 7-bit kernels on other x86 CPUs), fp32 when
 neither is at least MIN_SPEEDUP faster. Of two that are within MIN_SPEEDUP of each other, the
 more faithful one wins (`decide`). The flags alone do not decide, because the kernels torch
 picks for the whole model (not just its matmuls) may be slower; so `choose_precision` times the
-candidates against fp32 on a short fixed batch once per machine, model and thread count, checks
-their cosine to fp32 on it, and caches the answer under the docsearch cache (a second process,
-or a second encoder in this one, reads it instead of measuring again). GPUs keep fp32.
+candidates against fp32 on a short fixed batch once per machine, model, thread count and ISA
+caps (`device.ISA_CAPS`), checks their cosine to fp32 on it, and caches the answer under the
+docsearch cache (a second process, or a second encoder in this one, reads it instead of
+measuring again). GPUs keep fp32.
 
 `convert(module, precision)` makes the inference copy. Not here: which device (device.py),
 batching (batching.py), the models themselves, the int8 layers (int8.py).
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from docsearch.encoders.device import cpu_has_fast_bf16, cpu_has_int8_dot
+from docsearch.encoders.device import cpu_has_fast_bf16, isa_caps
 from docsearch.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,9 @@ MIN_SPEEDUP = 1.15
 # The gate every automatic choice keeps (the issue's: mean cosine to fp32 vectors).
 MIN_COSINE = 0.999
 ROUNDS = 2  # interleaved rounds of every candidate; each is scored by its fastest round
-# Part of the cache key: choices cached before int8 could be chosen are measured again.
-CHOICE_VERSION = 2
+# Part of the cache key: choices cached before int8 could be chosen (1), or before it ran on
+# CPUs without int8 dot products (2), are measured again.
+CHOICE_VERSION = 3
 
 # `choose_precision` answers once per process and key (tests and the UI build many encoders).
 _CHOSEN: dict[str, str] = {}
@@ -92,6 +94,7 @@ def calibration_key(model_name: str, threads: int, sample: Sequence[str]) -> dic
         "sample": hashlib.sha256("\x1e".join(sample).encode()).hexdigest()[:12],
         "cpu": _cpu_model(),
         "flags": _cpu_flags_digest(),
+        "isa_caps": isa_caps(),
         "machine": platform.machine(),
         "torch": torch.__version__,
         "threads": threads,
@@ -101,18 +104,19 @@ def calibration_key(model_name: str, threads: int, sample: Sequence[str]) -> dic
 
 
 def candidates(device: str) -> list[str]:
-    """The precisions "auto" may choose besides fp32 on `device`: none off the CPU; int8 on
-    CPUs with int8 dot-product instructions; bf16 on CPUs with native bf16 instructions."""
+    """The precisions "auto" may choose besides fp32 on `device`: none off the CPU; int8 where
+    an exact int8 kernel runs (`int8.kernel_here`); bf16 on CPUs with native bf16 instructions."""
     if device != "cpu":
         return []
     return (["int8"] if int8_available() else []) + (["bf16"] if cpu_has_fast_bf16() else [])
 
 
 def int8_available() -> bool:
-    """int8 is exact and fast only with int8 dot-product instructions (`cpu_has_int8_dot`)."""
-    import torch
+    """int8 runs exact here: with int8 dot-product instructions (`torch._int_mm`), or through
+    fbgemm's 7-bit kernels on other x86 CPUs (`int8.kernel_here`)."""
+    from docsearch.encoders.int8 import kernel_here
 
-    return cpu_has_int8_dot() and hasattr(torch, "_int_mm")
+    return kernel_here() is not None
 
 
 Measure = Callable[[Sequence[str]], dict[str, dict[str, float]]]

@@ -87,8 +87,8 @@ class SentenceTransformerEncoder(HFEncoder):
             raise UsageError("precision int8 runs on the CPU only; use --device cpu or fp32")
         if asked == "int8" and not int8_available():
             raise UsageError(
-                "precision int8 needs a CPU with int8 dot-product instructions (VNNI or AMX); "
-                "this one has none, so its int8 sums would saturate: use fp32"
+                "precision int8 needs int8 dot-product instructions (VNNI, AMX, Arm dotprod) or "
+                "fbgemm's kernels (x86); this machine has neither: use fp32"
             )
         self._folder = folder
         self._model: Any = self._load()

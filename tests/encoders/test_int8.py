@@ -1,9 +1,11 @@
 """int8 Linear layers (docsearch/encoders/int8.py): the product, the outlier channels, the swap.
 
-The int32 product is exact on CPUs with int8 dot-product instructions, so the bounds below are
-those of the rounding alone: each weight is within half a step (its row's max / 127) of the
-smoothed weight, each activation within half a step (its token's max / 127). Skipped elsewhere,
-where docsearch does not run int8 (`precision.int8_available`).
+Both kernels' integer products are exact (the "dot" kernel's with int8 dot-product
+instructions; fbgemm's because its activations keep to 7 bits, so no 16-bit pair sum
+saturates), so the bounds below are those of the rounding alone: each weight is within half a
+step (its row's max / 127) of the smoothed weight, each activation within half a step (its
+token's max / 127 for "dot", its token's range / 127 for fbgemm's affine grid). A kernel's tests
+are skipped where it does not run.
 """
 
 from __future__ import annotations
@@ -12,13 +14,20 @@ import pytest
 import torch
 from torch import nn
 
-from docsearch.encoders import precision
+from docsearch.encoders import int8
 from docsearch.encoders.int8 import KEPT_CHANNELS, Int8Linear, quantise
 
-pytestmark = [
-    pytest.mark.usefixtures("one_torch_thread"),
-    pytest.mark.skipif(not precision.int8_available(), reason="needs VNNI or AMX"),
-]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+DOT = pytest.param(
+    "dot", marks=pytest.mark.skipif(int8.kernel_here() != "dot", reason="needs VNNI or AMX")
+)
+FBGEMM = pytest.param(
+    "fbgemm",
+    marks=pytest.mark.skipif(
+        "fbgemm" not in torch.backends.quantized.supported_engines, reason="fbgemm is x86 only"
+    ),
+)
+KERNELS = [DOT, FBGEMM]
 
 
 def outlier_inputs(rows: int, width: int, seed: int = 0) -> torch.Tensor:
@@ -29,41 +38,50 @@ def outlier_inputs(rows: int, width: int, seed: int = 0) -> torch.Tensor:
     return x
 
 
-def rounding_bound(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+def rounding_bound(layer: Int8Linear, linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """The largest error rounding may cause in each output: sum over the int8 channels of
-    |x'| dw/2 + |w'| dx/2 + dx dw/4 (x', w' the smoothed values, dx, dw their steps)."""
+    |x'| dw/2 + |w| dx/2 + dx dw/4 (x' the smoothed activations, w the int8 weights as floats,
+    dx, dw the steps)."""
     smooth_x = x * layer.unsmooth
     smooth_x[:, layer.kept] = 0.0
-    weight = layer.weight.float().t() * layer.weight_scale[:, None]  # (out, in), dequantised
-    dx = smooth_x.abs().amax(1, keepdim=True) / 127  # (rows, 1)
-    dw = layer.weight_scale[None, :]  # (1, out)
+    smooth_w = linear.weight.detach() / layer.unsmooth  # (out, in)
+    smooth_w[:, layer.kept] = 0.0
+    dw = smooth_w.abs().amax(1) / 127  # (out,)
+    weight = (smooth_w / dw[:, None]).round() * dw[:, None]
+    if layer.kernel == "dot":
+        dx = smooth_x.abs().amax(1, keepdim=True) / 127  # (rows, 1)
+    else:
+        dx = (smooth_x.amax(1, keepdim=True) - smooth_x.amin(1, keepdim=True)) / 127
     return (
-        smooth_x.abs().sum(1, keepdim=True) * dw / 2
+        smooth_x.abs().sum(1, keepdim=True) * dw[None, :] / 2
         + dx / 2 * weight.abs().sum(1)[None, :]
-        + smooth_x.shape[1] * dx * dw / 4
+        + smooth_x.shape[1] * dx * dw[None, :] / 4
     )
 
 
-def test_the_product_is_within_its_rounding_bound() -> None:
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_product_is_within_its_rounding_bound(kernel: str) -> None:
     torch.manual_seed(0)
     linear = nn.Linear(64, 24)
     x = outlier_inputs(50, 64)
-    layer = Int8Linear(linear, x.abs().amax(0))
+    layer = Int8Linear(linear, x.abs().amax(0), kernel)
     with torch.no_grad():
         exact, found = linear(x), layer(x)
-    error = (found - exact).abs()
+        error = (found - exact).abs()
+        bound = rounding_bound(layer, linear, x)
     # fp32 accumulation adds ~1e-5 relative to the bound itself
-    assert torch.all(error <= rounding_bound(layer, x) * (1 + 1e-4) + 1e-4)
+    assert torch.all(error <= bound * (1 + 1e-4) + 1e-4)
     assert error.max() > 0  # it did round
 
 
-def test_the_largest_channels_stay_in_fp32() -> None:
+@pytest.mark.parametrize("kernel", [DOT])
+def test_the_largest_channels_stay_in_fp32(kernel: str) -> None:
     """The three 60x channels are among the kept ones, and keeping them is what holds the error
     down: the same layer with every channel in int8 errs several times more."""
     torch.manual_seed(1)
     linear = nn.Linear(64, 24)
     x = outlier_inputs(50, 64, seed=1)
-    layer = Int8Linear(linear, x.abs().amax(0))
+    layer = Int8Linear(linear, x.abs().amax(0), kernel)
     assert len(layer.kept) == KEPT_CHANNELS and {3, 17, 40} <= set(layer.kept.tolist())
     with torch.no_grad():
         exact = linear(x)
@@ -78,10 +96,11 @@ def test_the_largest_channels_stay_in_fp32() -> None:
     assert all_int8_error > 3 * kept_error
 
 
-def test_shapes_dtypes_and_a_missing_bias() -> None:
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_shapes_dtypes_and_a_missing_bias(kernel: str) -> None:
     linear = nn.Linear(16, 8, bias=False)
     x = torch.randn(2, 5, 16)
-    layer = Int8Linear(linear, x.reshape(-1, 16).abs().amax(0))
+    layer = Int8Linear(linear, x.reshape(-1, 16).abs().amax(0), kernel)
     out = layer(x)
     assert out.shape == (2, 5, 8) and out.dtype == torch.float32
     with torch.no_grad():
@@ -89,7 +108,12 @@ def test_shapes_dtypes_and_a_missing_bias() -> None:
     assert torch.equal(layer(torch.zeros(3, 16)), torch.zeros(3, 8))  # no division by zero
 
 
-def test_quantise_swaps_the_layers_the_sample_reaches() -> None:
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_quantise_swaps_the_layers_the_sample_reaches(
+    kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(int8, "kernel_here", lambda: kernel)
+
     class Model(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -106,6 +130,7 @@ def test_quantise_swaps_the_layers_the_sample_reaches() -> None:
         before = model(x)
     quantise(model, lambda m: m(x))
     assert isinstance(model.body[0], Int8Linear) and isinstance(model.body[2], Int8Linear)
+    assert model.body[0].kernel == kernel
     assert type(model.head) is nn.Linear
     with torch.no_grad():
         after = model(x)

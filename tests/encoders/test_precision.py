@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from docsearch.encoders import encoder_from_spec, get_encoder, precision
+from docsearch.encoders import encoder_from_spec, get_encoder, int8, precision
 from docsearch.errors import UsageError
 from tests.training.tiny_st import TOPICS, topic_text
 
@@ -34,7 +34,7 @@ def encode(folder: Path, how: str) -> np.ndarray:
 
 
 needs_int8_dot = pytest.mark.skipif(
-    not precision.int8_available(), reason="int8 runs only on CPUs with VNNI or AMX"
+    not precision.int8_available(), reason="int8 needs int8 dot products or fbgemm (x86)"
 )
 
 
@@ -74,13 +74,29 @@ def test_int8_forwards_fewer_rows_at_a_time_unless_told(tiny_st: Path) -> None:
     assert rows(precision="int8", batch_size=32) == 32
 
 
-def test_int8_is_refused_on_a_cpu_without_int8_dot_products(
+def test_int8_is_refused_where_no_exact_int8_kernel_runs(
     tiny_st: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(precision, "cpu_has_int8_dot", lambda: False)
-    with pytest.raises(UsageError, match="int8 needs a CPU with int8 dot-product instructions"):
+    monkeypatch.setattr(int8, "kernel_here", lambda: None)
+    with pytest.raises(UsageError, match="int8 needs int8 dot-product instructions"):
         get_encoder("sentence-transformers", model=str(tiny_st), precision="int8")
     assert precision.candidates("cpu") == (["bf16"] if precision.cpu_has_fast_bf16() else [])
+
+
+@pytest.mark.skipif(
+    "fbgemm" not in torch.backends.quantized.supported_engines, reason="fbgemm is x86 only"
+)
+def test_without_int8_dot_products_int8_runs_fbgemm_and_keeps_the_gate(
+    tiny_st: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """oneDNN held to AVX2 (as on a CPU without VNNI): int8 takes fbgemm's 7-bit kernel."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert int8.kernel_here() == "fbgemm" and "int8" in precision.candidates("cpu")
+    encoder = get_encoder("sentence-transformers", model=str(tiny_st), precision="int8")
+    model = encoder._inference_model()  # type: ignore[attr-defined]
+    assert {m.kernel for m in model.modules() if isinstance(m, int8.Int8Linear)} == {"fbgemm"}
+    cosine = np.sum(encode(tiny_st, "fp32") * encoder.encode_documents(TEXTS), axis=1)
+    assert cosine.min() > 0.999
 
 
 def test_no_precision_is_part_of_the_spec(tiny_st: Path) -> None:
@@ -132,7 +148,7 @@ def test_auto_measures_once_per_machine_and_caches_the_choice(
 
     key = {"cpu": "test", "model": "m", "threads": 2}
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
-    monkeypatch.setattr(precision, "cpu_has_int8_dot", lambda: False)
+    monkeypatch.setattr(int8, "kernel_here", lambda: None)
     assert precision.choose_precision("cpu", key, measure) == "fp32" and not asked
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)
     assert precision.choose_precision("cuda", key, measure) == "fp32" and not asked
@@ -143,7 +159,7 @@ def test_auto_measures_once_per_machine_and_caches_the_choice(
     assert precision.choose_precision("cpu", key, measure) == "bf16" and len(asked) == 1
     assert precision.choose_precision("cpu", key | {"threads": 1}, measure) == "bf16"
     assert len(asked) == 2  # another thread count is measured on its own
-    monkeypatch.setattr(precision, "cpu_has_int8_dot", lambda: True)
+    monkeypatch.setattr(int8, "kernel_here", lambda: "dot")
     assert precision.choose_precision("cpu", key, measure) == "bf16"  # int8 joins: measured again
     assert asked[-1] == ["int8", "bf16"] and len(asked) == 3
 

@@ -142,6 +142,12 @@ def test_cpu_flags_are_read_from_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch, t
         info.write_text(f"processor : 0\nflags : {flags}\n")
         device.cpu_flags.cache_clear()
         assert (device.cpu_has_fast_bf16(), device.cpu_has_int8_dot()) == (bf16, int8), flags
+    # oneDNN held below VNNI sums int8 products in 16 bits whatever the CPU has
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not device.cpu_has_int8_dot()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
+    assert device.cpu_has_int8_dot()
+    assert device.isa_caps() == {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}
     device.cpu_flags.cache_clear()
 
 
