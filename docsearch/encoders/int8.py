@@ -20,9 +20,10 @@ Measured on MiniLM against fp32 (mean cosine; 96 windows of scifact, and where n
 and cuad too; calibrated on the built-in sample only): torch's dynamic quantisation (per-tensor,
 7-bit activations on x86) 0.983; per-token activations 0.9976; with smoothing 0.9989-0.9990;
 with 8 kept channels 0.9993-0.9995 (all three sets); the fbgemm kernel's 7-bit affine tokens
-0.9993-0.9994 (its speed on an AVX2 CPU: benchmarks/results/speed.md). benchmarks/precision.py
-measures the gate on the real sets. The calibration is run again by each process that builds an
-int8 encoder: 0.45 s for MiniLM on 2 cores, beside the 2.2 s of loading it.
+0.9993-0.9994 (with torch's kernels held to AVX2: benchmarks/results/precision_avx2.md and
+peers_avx2.md). benchmarks/precision.py measures the gate on the real sets. The calibration is
+run again by each process that builds an int8 encoder: 0.45 s for MiniLM on 2 cores, beside the
+2.2 s of loading it.
 
 Not here: when int8 is used (precision.py), the calibration texts (sample_texts.py).
 """
