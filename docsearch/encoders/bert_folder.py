@@ -157,14 +157,20 @@ class _SelfAttention(nn.Module):
         self.key = nn.Linear(hidden, hidden)
         self.value = nn.Linear(hidden, hidden)
         self.dropout_p = float(c.get("attention_probs_dropout_prob", 0.1))
+        # An int8 inference copy's one product for query, key and value (`int8.quantise`): the
+        # three share their input, so it is quantised once, not three times.
+        self.fused: nn.Module | None = None
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         batch, length, hidden = x.shape
 
         def split(t: torch.Tensor) -> torch.Tensor:
-            return t.view(batch, length, self.heads, hidden // self.heads).transpose(1, 2)
+            return t.reshape(batch, length, self.heads, hidden // self.heads).transpose(1, 2)
 
-        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+        if self.fused is not None:
+            q, k, v = (split(t) for t in self.fused(x).split(hidden, dim=-1))
+        else:
+            q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
         p = self.dropout_p if self.training else 0.0
         out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=p)
         return out.transpose(1, 2).reshape(batch, length, hidden)

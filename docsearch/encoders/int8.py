@@ -157,7 +157,8 @@ def _fbgemm_weight(quantised: torch.Tensor, scale: torch.Tensor) -> Any:
 
 def quantise(model: nn.Module, run_sample: Callable[[nn.Module], Any]) -> nn.Module:
     """`model` with every `nn.Linear` replaced, in place, by an `Int8Linear` calibrated on the
-    activations `run_sample(model)` produces in fp32."""
+    activations `run_sample(model)` produces in fp32. An attention block that offers a `fused`
+    slot (bert_folder's) gets its query, key and value as one Int8Linear there."""
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     seen: dict[str, torch.Tensor] = {}
 
@@ -175,10 +176,31 @@ def quantise(model: nn.Module, run_sample: Callable[[nn.Module], Any]) -> nn.Mod
     finally:
         for hook in hooks:
             hook.remove()
+    fused = _fuse_projections(model, seen)
     for name, linear in linears.items():
-        if name not in seen:  # not on the path the sample takes (a training head): left as is
+        if name not in seen or name in fused:  # a training head the sample skips: left as is
             continue
         parent, _, leaf = name.rpartition(".")
         with torch.no_grad():
             setattr(model.get_submodule(parent), leaf, Int8Linear(linear, seen[name]))
     return model
+
+
+def _fuse_projections(model: nn.Module, seen: dict[str, torch.Tensor]) -> set[str]:
+    """Fill each `fused` slot with one Int8Linear over its block's query, key and value (their
+    weights stacked; they share one input, so one activation maximum); the names fused."""
+    done: set[str] = set()
+    for name, block in model.named_modules():
+        parts = [f"{name}.{leaf}" if name else leaf for leaf in ("query", "key", "value")]
+        if not hasattr(block, "fused") or block.fused is not None or parts[0] not in seen:
+            continue
+        layers = [block.get_submodule(part.rpartition(".")[2]) for part in parts]
+        if any(m.bias is None for m in layers):
+            continue
+        stacked = nn.Linear(layers[0].in_features, sum(m.out_features for m in layers))
+        with torch.no_grad():
+            stacked.weight.copy_(torch.cat([m.weight for m in layers]))
+            stacked.bias.copy_(torch.cat([m.bias for m in layers]))
+            block.fused = Int8Linear(stacked, seen[parts[0]])
+        done.update(parts)
+    return done

@@ -95,6 +95,10 @@ def test_without_int8_dot_products_int8_runs_fbgemm_and_keeps_the_gate(
     encoder = get_encoder("sentence-transformers", model=str(tiny_st), precision="int8")
     model = encoder._inference_model()  # type: ignore[attr-defined]
     assert {m.kernel for m in model.modules() if isinstance(m, int8.Int8Linear)} == {"fbgemm"}
+    # query, key and value share their input: one product for the three in each block
+    blocks = [m for m in model.modules() if hasattr(m, "fused") and hasattr(m, "query")]
+    assert blocks and all(isinstance(m.fused, int8.Int8Linear) for m in blocks)
+    assert {m.fused.out_features for m in blocks} == {3 * blocks[0].query.in_features}
     cosine = np.sum(encode(tiny_st, "fp32") * encoder.encode_documents(TEXTS), axis=1)
     assert cosine.min() > 0.999
 
