@@ -33,6 +33,9 @@ KINDS = (
     "attachment",
     "rider",
 )
+# Attachments are numbered bare ("Schedule 2", "Exhibit 10.1"); an amendment named so in an
+# opening is most often a contents line ("22. Amendment .... 35"), not a heading.
+ATTACHMENTS = frozenset(("schedule", "exhibit", "annex", "appendix", "attachment", "rider"))
 ORDINALS = (
     "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
     "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth"
@@ -63,9 +66,6 @@ class Instrument(NamedTuple):
     kind: str
     number: str
 
-    def __str__(self) -> str:
-        return f"{self.kind} {self.number}"
-
 
 def _kind(text: str) -> str:
     kind = " ".join(text.lower().split())
@@ -80,11 +80,6 @@ def _number(text: str) -> str:
 def _ordinal(text: str) -> str:
     text = text.lower()
     return str(ORDINALS.index(text) + 1) if text in ORDINALS else str(int(text[:-2]))
-
-
-# Attachments are numbered bare ("Schedule 2", "Exhibit 10.1"); an amendment named so in an
-# opening is most often a contents line ("22. Amendment .... 35"), not a heading.
-ATTACHMENTS = frozenset(("schedule", "exhibit", "annex", "appendix", "attachment", "rider"))
 
 
 def named(text: str, form: str) -> list[tuple[int, Instrument]]:

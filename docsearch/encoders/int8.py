@@ -190,11 +190,12 @@ def _fuse_projections(model: nn.Module, seen: dict[str, torch.Tensor]) -> set[st
     """Fill each `fused` slot with one Int8Linear over its block's query, key and value (their
     weights stacked; they share one input, so one activation maximum); the names fused."""
     done: set[str] = set()
+    leaves = ("query", "key", "value")
     for name, block in model.named_modules():
-        parts = [f"{name}.{leaf}" if name else leaf for leaf in ("query", "key", "value")]
+        parts = [f"{name}.{leaf}" if name else leaf for leaf in leaves]
         if not hasattr(block, "fused") or block.fused is not None or parts[0] not in seen:
             continue
-        layers = [block.get_submodule(part.rpartition(".")[2]) for part in parts]
+        layers = [getattr(block, leaf) for leaf in leaves]
         if any(m.bias is None for m in layers):
             continue
         stacked = nn.Linear(layers[0].in_features, sum(m.out_features for m in layers))
