@@ -130,11 +130,19 @@ class _Embeddings(nn.Module):
     def __init__(self, c: dict[str, Any]) -> None:
         super().__init__()
         hidden = c["hidden_size"]
+        # Left uninitialised: every weight comes from the folder (`load_bert_folder`), and
+        # nn.Embedding's random start, even on the meta device, imports torch._dynamo (1.2-2 s
+        # of every process that loads MiniLM).
         self.word_embeddings = nn.Embedding(
-            c["vocab_size"], hidden, padding_idx=c.get("pad_token_id")
-        )
-        self.position_embeddings = nn.Embedding(c["max_position_embeddings"], hidden)
-        self.token_type_embeddings = nn.Embedding(c.get("type_vocab_size", 2), hidden)
+            c["vocab_size"], hidden, padding_idx=c.get("pad_token_id"),
+            _weight=torch.empty(c["vocab_size"], hidden),
+        )  # fmt: skip
+        self.position_embeddings = nn.Embedding(
+            c["max_position_embeddings"], hidden,
+            _weight=torch.empty(c["max_position_embeddings"], hidden),
+        )  # fmt: skip
+        types = c.get("type_vocab_size", 2)
+        self.token_type_embeddings = nn.Embedding(types, hidden, _weight=torch.empty(types, hidden))
         self.LayerNorm = nn.LayerNorm(hidden, eps=c.get("layer_norm_eps", 1e-12))
         self.dropout = nn.Dropout(c.get("hidden_dropout_prob", 0.1))
 

@@ -16,6 +16,7 @@ Not here: training (see `docsearch.training`).
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 
 from docsearch.encoders.base import HFEncoder, hf_count_tokens, register
 from docsearch.encoders.batching import longest_first
+from docsearch.encoders.cpu_workers import encode_batches
 from docsearch.encoders.device import resolve_device
 from docsearch.encoders.precision import (
     calibration_key,
@@ -77,6 +79,7 @@ class SentenceTransformerEncoder(HFEncoder):
         precision: str = "auto",
     ) -> None:
         self.model_ref = model
+        self._tokenizing = threading.Lock()  # batches are encoded on several threads
         self.adapter = adapter
         self.max_tokens_cap = max_tokens
         folder = resolve_model(adapter or model)
@@ -186,7 +189,8 @@ class SentenceTransformerEncoder(HFEncoder):
         import torch
 
         prompt = self.query_prompt if side == "query" else self.document_prompt
-        features = model.preprocess([prompt + t for t in texts])
+        with self._tokenizing:  # one at a time: a fast tokenizer may change its settings
+            features = model.preprocess([prompt + t for t in texts])
         features = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in features.items()}
         return model(features)["sentence_embedding"]
 
@@ -202,12 +206,20 @@ class SentenceTransformerEncoder(HFEncoder):
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         training = model.training
         model.eval()  # no dropout while encoding, whatever training left
-        threads = SINGLE_TEXT_THREADS if len(texts) == 1 else None
-        with torch.no_grad(), torch_threads(threads):
-            for rows in longest_first([len(t) for t in texts], self.batch_size):
-                found = self._forward(model, [texts[i] for i in rows], side)
-                vectors[rows] = found.float().cpu().numpy()
-        model.train(training)
+
+        def encode(rows: list[int]) -> None:
+            found = self._forward(model, [texts[i] for i in rows], side)
+            vectors[rows] = found.float().cpu().numpy()
+
+        try:
+            if len(texts) == 1:
+                with torch.no_grad(), torch_threads(SINGLE_TEXT_THREADS):
+                    encode([0])
+            else:
+                batches = longest_first([len(t) for t in texts], self.batch_size)
+                encode_batches(batches, encode, self.device)
+        finally:
+            model.train(training)
         return vectors
 
     def vector_options(self) -> dict[str, Any]:
