@@ -4,7 +4,8 @@ A document that fits the encoder's window is one chunk (a long-context encoder r
 Otherwise it is split recursively: at headings (Markdown `#`, "ARTICLE VII", "7.2 Termination",
 short ALL-CAPS lines), then paragraphs, lines, sentences, and only as a last resort at token
 boundaries; neighbouring pieces are packed back together up to the budget. Token counts come
-from the encoder's own tokenizer. Each chunk keeps its character span, pages and heading path.
+from the encoder's own tokenizer: the whole section once (`TokenStarts`), each chunk again.
+Each chunk keeps its character span, pages and heading path.
 
 A document arrives page by page (`chunk_pages`; a long page in several pieces) and is chunked in
 sections of at most SECTION_CHARS characters, so a huge file never has its whole text, or all
@@ -20,13 +21,16 @@ Not here: tables kept whole, late chunking, semantic (embedding-based) splits.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 from docsearch.indexer.extract import PAGE_SEPARATOR, Document, Page
 
 CHUNKER_VERSION = 1
+# Characters tokenized at a time to find where a section's tokens start (`TokenStarts`).
+COUNT_BLOCK_CHARS = 200_000
 # Characters chunked at a time. Counting tokens holds about 25 bytes per character of the
 # counted text (the tokenizer's id lists), so this bounds the chunker's memory near 100 MB.
 SECTION_CHARS = 4_000_000
@@ -191,7 +195,7 @@ class Chunker:
         whole = _strip(text, Span(0, len(text)))
         if whole is None:
             return [], headings
-        pieces = self._fit(text, [whole], level=0)
+        pieces = self._fit(text, [whole], 0, TokenStarts(text, self.token_spans).count)
         windows = self._pack(text, pieces)
         return self._finish(section, headings, windows, first_ordinal), headings
 
@@ -204,11 +208,17 @@ class Chunker:
         return self._split_tokens(text, span)
 
     def _fit(
-        self, text: str, spans: list[Span], level: int, counts: list[int] | None = None
+        self,
+        text: str,
+        spans: list[Span],
+        level: int,
+        count: Callable[[list[Span]], list[int]],
+        counts: list[int] | None = None,
     ) -> list[tuple[Span, int]]:
-        """Spans with token counts, each within budget (recursing to finer boundaries)."""
+        """Spans with token counts (by `count`), each within budget (recursing to finer
+        boundaries)."""
         if counts is None:
-            counts = self.count_tokens([text[s.start : s.end] for s in spans])
+            counts = count(spans)
         out: list[tuple[Span, int]] = []
         for span, n in zip(spans, counts, strict=True):
             if n <= self.settings.max_tokens or level > 9:
@@ -216,9 +226,9 @@ class Chunker:
                 continue
             parts = self._split(text, span, level)
             if len(parts) <= 1 and level < 9:  # this boundary does not occur here: go finer
-                out.extend(self._fit(text, [span], level + 1, [n]))
+                out.extend(self._fit(text, [span], level + 1, count, [n]))
             else:
-                out.extend(self._fit(text, parts, level + 1))
+                out.extend(self._fit(text, parts, level + 1, count))
         return out
 
     def _split_tokens(self, text: str, span: Span, size: int | None = None) -> list[Span]:
@@ -309,6 +319,40 @@ class Chunker:
             )
             for i, (span, n) in enumerate(zip(spans, counts, strict=True))
         ]
+
+
+class TokenStarts:
+    """Where a section's tokens start, from one tokenization of it, so that splitting it need
+    not tokenize each piece again (the recursion would tokenize the text once per level).
+
+    A piece's count is the number of the section's tokens that start inside it. For a piece
+    cut at whitespace, which every boundary but the last resort's is, that is what the
+    tokenizer gives the piece alone (pre-tokenizers split at whitespace); the windows made of
+    the pieces are counted again on their own (`Chunker._within_budget`). The section is
+    tokenized COUNT_BLOCK_CHARS at a time (cut at whitespace), so its offsets never fill memory.
+    """
+
+    def __init__(self, text: str, token_spans: TokenSpans) -> None:
+        self._starts = array("q")  # 8 bytes a token, not a Python tuple's ~100
+        block = 0
+        while block < len(text):
+            end = _block_end(text, block, COUNT_BLOCK_CHARS)
+            self._starts.extend(block + start for start, _ in token_spans(text[block:end]))
+            block = end
+
+    def count(self, spans: list[Span]) -> list[int]:
+        starts = self._starts
+        return [bisect_left(starts, s.end) - bisect_left(starts, s.start) for s in spans]
+
+
+def _block_end(text: str, start: int, size: int) -> int:
+    """The end of the block of at most `size` characters from `start`: before its last
+    whitespace character (one block past the text's end)."""
+    end = start + size
+    if end >= len(text):
+        return len(text)
+    space = max(text.rfind(c, start + 1, end) for c in " \n\t")
+    return space if space > start else end
 
 
 class HeadingIndex:

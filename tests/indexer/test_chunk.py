@@ -125,3 +125,56 @@ def test_windows_are_recounted_whole_when_seams_add_tokens() -> None:
     one_line = " ".join(f"w{i}\n" for i in range(30))
     long = Chunker(ChunkerSettings(10), seams, spans).chunk(build_document("y", "y", [one_line]))
     assert all(c.n_tokens <= 10 for c in long)
+
+
+LONG_CONTRACT = "\n\n".join(
+    f"ARTICLE {a}\n\n"
+    + "\n\n".join(
+        f"{a}.{s} Clause. " + " ".join(f"Term {a} {s} {k} binds the parties." for k in range(9))
+        for s in range(1, 6)
+    )
+    for a in range(1, 9)
+)
+
+
+def test_the_section_is_tokenized_once_while_splitting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Splitting counts a piece by the section's token starts: the section's text goes through
+    `token_spans` once (in blocks), and `count_tokens` sees each window once, not each level
+    of the recursion; blocks of any size give the same chunks."""
+    from docsearch.indexer import chunk as chunk_module
+
+    spanned: list[int] = []
+    counted: list[int] = []
+
+    def counting_spans(text):  # type: ignore[no-untyped-def]
+        spanned.append(len(text))
+        return spans(text)
+
+    def counting_words(texts):  # type: ignore[no-untyped-def]
+        counted.append(sum(map(len, texts)))
+        return words(texts)
+
+    doc = build_document("x", "x", [LONG_CONTRACT])
+    chunks = Chunker(ChunkerSettings(40), counting_words, counting_spans).chunk(doc)
+    assert len(chunks) > 20 and all(c.n_tokens <= 40 for c in chunks)
+    assert sum(spanned) == len(LONG_CONTRACT.strip())
+    assert sum(counted) <= sum(len(c.text) for c in chunks)  # the windows, counted once
+    monkeypatch.setattr(chunk_module, "COUNT_BLOCK_CHARS", 97)
+    small_blocks = chunker(40).chunk(doc)
+    assert [(c.char_start, c.char_end, c.n_tokens) for c in small_blocks] == [
+        (c.char_start, c.char_end, c.n_tokens) for c in chunks
+    ]
+
+
+def test_a_piece_counts_what_the_real_tokenizer_gives_it_alone() -> None:
+    """MiniLM's WordPiece: for pieces cut at whitespace, the section's token starts inside a
+    piece are exactly the tokens of the piece tokenized on its own."""
+    from docsearch.encoders import get_encoder
+    from docsearch.indexer.chunk import Span, TokenStarts, split_after
+
+    encoder = get_encoder("sentence-transformers", precision="fp32")
+    text = LONG_CONTRACT.replace("binds", "indemnifies, notwithstanding §7.2(a)-(c),")
+    pieces = split_after(r"\s", text, Span(0, len(text)))[::7]
+    found = TokenStarts(text, encoder.token_spans).count(pieces)
+    assert found == encoder.count_tokens([text[p.start : p.end] for p in pieces])
+    assert sum(found) > len(pieces)  # the pieces hold several tokens each
