@@ -15,6 +15,7 @@ forward on the calling thread).
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -37,7 +38,7 @@ def encode_batches(batches: Sequence[Batch], encode: Callable[[Batch], None], de
             for batch in batches:
                 encode(batch)
         return
-    pool = _pool(workers, threads // workers)
+    pool = _pool(workers, threads // workers, os.getpid())
     futures: list[Future[None]] = [pool.submit(_without_grad, encode, b) for b in batches]
     try:
         for future in futures:
@@ -55,7 +56,9 @@ def _without_grad(encode: Callable[[Batch], None], batch: Batch) -> None:
 
 
 @functools.cache
-def _pool(workers: int, threads: int) -> ThreadPoolExecutor:
+def _pool(workers: int, threads: int, pid: int) -> ThreadPoolExecutor:
+    """The workers of this process (`pid`): a forked child has none of its parent's threads,
+    so a pool it inherited would never run a batch."""
     import torch
 
     return ThreadPoolExecutor(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -76,3 +78,24 @@ def test_minilm_vectors_match_one_batch_at_a_time(
     assert parallel.shape == serial.shape == (9, 384)
     cosine = np.sum(parallel * serial, axis=1)
     assert np.all(cosine > 1 - 1e-5)
+
+
+def _encode_in_child(result: Any) -> None:
+    done: list[int] = []
+    encode_batches([0, 1, 2, 3], done.append, "cpu")
+    result.put(sorted(done))
+
+
+def test_a_forked_process_gets_workers_of_its_own(two_threads: None) -> None:
+    """The parent's workers exist before the fork; the child's batches still run."""
+    encode_batches([0, 1, 2], lambda _: None, "cpu")
+    context = multiprocessing.get_context("fork")
+    result = context.Queue()
+    child = context.Process(target=_encode_in_child, args=(result,))
+    child.start()
+    try:
+        assert result.get(timeout=60) == [0, 1, 2, 3]
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
