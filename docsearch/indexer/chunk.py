@@ -347,7 +347,7 @@ class TokenStarts:
 
 def _block_end(text: str, start: int, size: int) -> int:
     """The end of the block of at most `size` characters from `start`: before its last
-    whitespace character (one block past the text's end)."""
+    whitespace character, or the text's end when no more than `size` characters are left."""
     end = start + size
     if end >= len(text):
         return len(text)
