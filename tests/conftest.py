@@ -30,15 +30,26 @@ def _isolated_paths(
     monkeypatch.setenv("DOCSEARCH_PLUGINS", "tests.fakes")
 
 
-@pytest.fixture
-def one_torch_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread is faster than two on a shared 2-core machine."""
+def _torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to `count` for one test, then put back."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(count)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Tiny tensors: one intra-op thread is faster than two on a shared 2-core machine."""
+    yield from _torch_threads(1)
+
+
+@pytest.fixture
+def two_torch_threads() -> Iterator[None]:
+    """Two threads whatever the machine has: what the CPU encode workers split."""
+    yield from _torch_threads(2)
 
 
 @pytest.fixture(scope="module")

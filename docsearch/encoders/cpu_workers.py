@@ -34,9 +34,8 @@ def encode_batches(batches: Sequence[Batch], encode: Callable[[Batch], None], de
     threads = torch.get_num_threads()
     workers = min(MAX_WORKERS, threads, len(batches)) if device == "cpu" else 1
     if workers < 2:
-        with torch.no_grad():
-            for batch in batches:
-                encode(batch)
+        for batch in batches:
+            _without_grad(encode, batch)
         return
     pool = _pool(workers, threads // workers, os.getpid())
     futures: list[Future[None]] = [pool.submit(_without_grad, encode, b) for b in batches]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,15 +14,7 @@ from docsearch.encoders import cpu_workers, get_encoder
 from docsearch.encoders.cpu_workers import encode_batches
 
 
-@pytest.fixture
-def two_threads() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_every_batch_runs_once_on_workers_with_one_thread_each(two_threads: None) -> None:
+def test_every_batch_runs_once_on_workers_with_one_thread_each(two_torch_threads: None) -> None:
     seen: dict[int, tuple[str, int, bool]] = {}
     lock = threading.Lock()
 
@@ -41,7 +32,7 @@ def test_every_batch_runs_once_on_workers_with_one_thread_each(two_threads: None
     assert torch.get_num_threads() == 2  # the caller's own count is untouched
 
 
-def test_one_batch_or_another_device_runs_on_the_calling_thread(two_threads: None) -> None:
+def test_one_batch_or_another_device_runs_on_the_calling_thread(two_torch_threads: None) -> None:
     names: list[str] = []
 
     def encode(_: int) -> None:
@@ -53,7 +44,7 @@ def test_one_batch_or_another_device_runs_on_the_calling_thread(two_threads: Non
     assert names == [threading.current_thread().name] * 4
 
 
-def test_an_error_is_raised_and_the_workers_stay_usable(two_threads: None) -> None:
+def test_an_error_is_raised_and_the_workers_stay_usable(two_torch_threads: None) -> None:
     def encode(batch: int) -> None:
         if batch == 3:
             raise ValueError("bad batch 3")
@@ -66,7 +57,7 @@ def test_an_error_is_raised_and_the_workers_stay_usable(two_threads: None) -> No
 
 
 def test_minilm_vectors_match_one_batch_at_a_time(
-    two_threads: None, monkeypatch: pytest.MonkeyPatch
+    two_torch_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The workers change which thread runs a batch, not the vectors: the same texts encoded
     on one thread agree within fp32 summation-order error (cosine, per text)."""
@@ -86,7 +77,7 @@ def _encode_in_child(result: Any) -> None:
     result.put(sorted(done))
 
 
-def test_a_forked_process_gets_workers_of_its_own(two_threads: None) -> None:
+def test_a_forked_process_gets_workers_of_its_own(two_torch_threads: None) -> None:
     """The parent's workers exist before the fork; the child's batches still run."""
     encode_batches([0, 1, 2], lambda _: None, "cpu")
     context = multiprocessing.get_context("fork")
