@@ -49,12 +49,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from docsearch import instruments
+from docsearch.common_words import common_words, without_common
 from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.encoders.base import Encoder, encoder_from_spec, same_identity
 from docsearch.errors import DocsearchError, EncoderUnavailableError, UsageError
 from docsearch.fusion import (
     CHUNK_FUSION,
+    LONG_QUERY_WORDS,
     SIMILAR_RULES,
     Fusion,
     aggregate,
@@ -274,6 +276,17 @@ class _Ranking:
         return legs | {"fused": fused}
 
 
+@dataclass(frozen=True)
+class _Legs:
+    """What a document search's chunk legs found: each leg's candidates, their fused ranking,
+    each candidate by chunk id; and the document legs already searched beside them."""
+
+    found: dict[str, list[Candidate]]
+    chunks: _Ranking
+    by_id: dict[str, Candidate]
+    documents: dict[str, list[DocCandidate]]
+
+
 def _passage_pairs(
     query: QueryDocument,
     views: Sequence[ChunkView],
@@ -451,6 +464,7 @@ class Retriever:
         # and the chunk pool holds enough of them for that (the phrase search cost a 200-word
         # query 40 ms at 100k chunks).
         phrased = lexical_legs and not (rule is not None and rule.uses_documents)
+        words = self._bm25_words(query) if lexical_legs else query
         phrases = self._phrases_beside(query, pool, flt) if phrased else None
         encoding = None
         if mode != "lexical" and (rule is None or rule.uses_dense):
@@ -459,13 +473,13 @@ class Retriever:
         whole: Future[list[DocCandidate]] | None = None
         if lexical_legs and rule is not None and rule.weights.get("doc_lexical"):
             depth = max(DOC_POOL, k)
-            whole = self._beside(lambda: self.store.search_documents_text(query, depth, flt))
+            whole = self._beside(lambda: self.store.search_documents_text(words, depth, flt))
         # A document search reads the text only of the chunks it shows (`_documents`), and of
         # its BM25 pool where the identifier lift needs it.
         pool_text = not documents or bool(identifiers(query))
         bm25: list[Candidate] = []
         if lexical_legs:
-            bm25 = self.store.search_text(query, pool, flt, text=pool_text)
+            bm25 = self.store.search_text(words, pool, flt, text=pool_text)
             lifted = _lift(query, bm25, phrases.result() if phrases else [], pool)
         lexical = {"doc_lexical": whole.result()} if whole is not None else {}
         vector = encoding.result() if encoding is not None else None
@@ -483,7 +497,8 @@ class Retriever:
         if rule is not None:
             if rule.uses_documents and "lexical" in found:  # measured on plain BM25 (no lift)
                 found = {**found, "lexical": bm25}
-            return self._documents(query, vector, rule, found, chunks, by_id, k, flt, lexical)
+            legs = _Legs(found, chunks, by_id, lexical)
+            return self._documents(query, words, vector, rule, legs, k, flt)
         return [
             Hit(**_view(by_id[key], query), score=chunks.fused[key], scores=chunks.scores(key, i))
             for i, key in enumerate(chunks.order[:k], start=1)
@@ -621,25 +636,25 @@ class Retriever:
     def _documents(
         self,
         query: str,
+        words: str,
         vector: Any,
         rule: Fusion,
-        found: dict[str, list[Candidate]],
-        chunks: _Ranking,
-        by_id: dict[str, Candidate],
+        searched: _Legs,
         k: int,
         flt: ChunkFilter,
-        ready: dict[str, list[DocCandidate]],
     ) -> list[Hit]:
-        """The top `k` documents by `rule`, each with its best passages (`chunks`' order);
-        `ready` holds the document legs already searched."""
+        """The top `k` documents by `rule`, each with its best passages (the chunk ranking's
+        order); `words`: the query as the BM25 searches take it."""
+        chunks, by_id = searched.chunks, searched.by_id
         legs, shown = {}, {}
-        for leg, cands in found.items():
+        for leg, cands in searched.found.items():
             how = rule.aggregate.get(leg, "max")
             legs[leg] = aggregate(_per_doc(cands, raw=False), how)
             shown[leg] = aggregate(_per_doc(cands, raw=True), how)
         doc_paths = {c.doc_id: c.path for c in by_id.values()}
         depth = max(DOC_POOL, k)
-        for leg, docs in self._document_legs(query, vector, rule, depth, flt, ready).items():
+        ready = searched.documents
+        for leg, docs in self._document_legs(words, vector, rule, depth, flt, ready).items():
             legs[leg] = {d.doc_id: d.score for d in docs}
             shown[leg] = {d.doc_id: d.raw_score for d in docs}
             doc_paths.update((d.doc_id, d.path) for d in docs)
@@ -658,7 +673,7 @@ class Retriever:
             for doc in top
         }
         unreached = self._passages_of(
-            [doc_paths[d] for d in top if not shown_chunks[d]], query, vector
+            [doc_paths[d] for d in top if not shown_chunks[d]], query, words, vector
         )
         hits = []
         for i, doc in enumerate(top, start=1):
@@ -707,30 +722,30 @@ class Retriever:
 
     def _document_legs(
         self,
-        query: str,
+        words: str,
         vector: Any,
         rule: Fusion,
         depth: int,
         flt: ChunkFilter,
         ready: dict[str, list[DocCandidate]],
     ) -> dict[str, list[DocCandidate]]:
-        """The document legs `rule` weighs: whole-document BM25, the doc-mean vector (those in
-        `ready` were searched already)."""
+        """The document legs `rule` weighs: whole-document BM25 (of `words`), the doc-mean
+        vector (those in `ready` were searched already)."""
         legs = {}
         if rule.weights.get("doc_lexical"):
             found = ready.get("doc_lexical")
             if found is None:
-                found = self.store.search_documents_text(query, depth, flt)
+                found = self.store.search_documents_text(words, depth, flt)
             legs["doc_lexical"] = found
         if rule.weights.get("doc_dense") and vector is not None:
             legs["doc_dense"] = self.store.search_documents_vector(vector, depth, flt)
         return legs
 
     def _passages_of(
-        self, paths: Sequence[str], query: str, vector: Any
+        self, paths: Sequence[str], query: str, words: str, vector: Any
     ) -> dict[str, list[Passage]]:
         """path -> the best passages of each document no chunk leg's pool reached: by BM25
-        within them (one search for all), else by the query vector, else its opening chunk
+        of `words` within them (one search for all), else by the query vector, else its opening chunk
         (its match was on words chunks do not index, such as stop words)."""
         if not paths:
             return {}
@@ -739,7 +754,7 @@ class Retriever:
         # (a search per document cost 4 ms each at 100k chunks); were it filled, one that got
         # none is searched alone.
         depth = min(MAX_K, 20 * MAX_PASSAGES * len(paths))
-        together = self.store.search_text(query, depth, ChunkFilter(paths=paths), text=False)
+        together = self.store.search_text(words, depth, ChunkFilter(paths=paths), text=False)
         for one in together:
             if len(found[one.path]) < MAX_PASSAGES:
                 found[one.path].append(one)
@@ -748,7 +763,7 @@ class Retriever:
         for path, cands in found.items():
             only = ChunkFilter(paths=[path])
             if not cands and len(together) == depth:
-                cands += self.store.search_text(query, MAX_PASSAGES, only)
+                cands += self.store.search_text(words, MAX_PASSAGES, only)
             if not cands and vector is not None:
                 cands += self.store.search_vector(vector, MAX_PASSAGES, only)
             if not cands:
@@ -760,6 +775,13 @@ class Retriever:
             path: [Passage(**_view(one, query), score=one.score) for one in cands]
             for path, cands in found.items()
         }
+
+    def _bm25_words(self, query: str) -> str:
+        """`query` as its BM25 searches take it: a long one without the words most chunks hold
+        (`docsearch.common_words`), which cost those searches most and weigh least."""
+        if len(query.split()) < LONG_QUERY_WORDS:
+            return query
+        return without_common(query, common_words(self.store))
 
     def _beside(self, work: Callable[[], _T], overlap: bool = True) -> Future[_T]:
         """`work` run on the Retriever's query thread while the caller goes on (`overlap`;

@@ -1223,6 +1223,22 @@ class Store:
         version = self._read("docs").get_version()
         return f"{version['version']}@{version['timestamp'].isoformat()}"
 
+    def chunks_version(self) -> str:
+        """The chunks table's latest version as a cache key (as `documents_version`)."""
+        version = self._read("chunks").get_version()
+        return f"{version['version']}@{version['timestamp'].isoformat()}"
+
+    def spread_texts(self, limit: int) -> list[str]:
+        """The text of `limit` chunks spread evenly over the chunks table in its stored order
+        (so over its documents), or of every chunk of a smaller table: a sample that is the
+        same for the same version."""
+        dataset = self._read("chunks")
+        rows = dataset.count_rows()
+        if not rows:
+            return []
+        picks = sorted({i * rows // limit for i in range(limit)}) if rows > limit else range(rows)
+        return dataset.take(list(picks), columns=["text"]).column("text").to_pylist()
+
     def last_write(self) -> float:
         versions = self._read("chunks").versions()
         stamp = versions[-1]["timestamp"] if versions else None

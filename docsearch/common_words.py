@@ -1,0 +1,73 @@
+"""Common words: the words most of a collection's chunks hold, which a long query leaves out of
+its BM25 searches.
+
+Lance walks a query word's whole posting list (once per time the query repeats it), so a
+200-word query spends most of its full-text search on the words nearly every chunk holds, and
+their BM25 weight is the smallest of all (idf log 2 at half the chunks, near 0 at all of them).
+English stop words are such words, and the chunk index drops them; a corpus has its own (a
+contract collection's "agreement", "shall", a transcript's "yeah"), or text in another language
+has them all. A word is common here when more than COMMON_SHARE of the chunks hold its Snowball
+stem, estimated from SAMPLE_CHUNKS chunks spread evenly over the table, once per version of the
+chunks table; a collection smaller than MIN_CHUNKS keeps every word (its searches are fast).
+The share was chosen on tuning queries and its cost in quality measured: benchmarks/
+common_words.py, results/common_words.md.
+Not here: which queries count as long (`Retriever`, with fusion.LONG_QUERY_WORDS), the search.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from docsearch.snippets import stem
+
+if TYPE_CHECKING:
+    from docsearch.indexer.store import Store
+
+# None: every query keeps every word.
+COMMON_SHARE: float | None = 0.5
+SAMPLE_CHUNKS = 1000  # the share's standard error at 0.5 is then 1.6 points
+MIN_CHUNKS = 1000
+WORD = re.compile(r"[^\W_]+")  # as Lance's tokenizer splits text: at anything not alphanumeric
+_KEPT = 8  # collection versions whose common words are held
+
+_lock = threading.Lock()
+_held: dict[tuple[str, str, str, float], frozenset[str]] = {}
+
+
+def common_words(store: Store) -> frozenset[str]:
+    """The stems of the words more than COMMON_SHARE of `store`'s chunks hold (none where the
+    share is None or the collection is small), counted once per version of its chunks table."""
+    if COMMON_SHARE is None:
+        return frozenset()
+    key = (store.uri, store.name, store.chunks_version(), COMMON_SHARE)
+    with _lock:
+        found = _held.get(key)
+    if found is None:
+        found = _count(store, COMMON_SHARE)
+        with _lock:
+            while len(_held) >= _KEPT:
+                del _held[next(iter(_held))]
+            _held[key] = found
+    return found
+
+
+def _count(store: Store, share: float) -> frozenset[str]:
+    texts = store.spread_texts(SAMPLE_CHUNKS)
+    if len(texts) < MIN_CHUNKS:  # (MIN_CHUNKS <= SAMPLE_CHUNKS)
+        return frozenset()
+    holding: Counter[str] = Counter()
+    for text in texts:
+        holding.update({stem(word) for word in WORD.findall(text.lower())})
+    return frozenset(word for word, count in holding.items() if count > share * len(texts))
+
+
+def without_common(query: str, common: frozenset[str]) -> str:
+    """`query` with the words whose stem is in `common` blanked out; as written where it quotes
+    a phrase (a phrase must keep its words) or where no word would be left."""
+    if not common or '"' in query:
+        return query
+    kept = WORD.sub(lambda word: " " if stem(word.group(0)) in common else word.group(0), query)
+    return kept if WORD.search(kept) else query
