@@ -44,6 +44,7 @@ CHUNK_WORDS = 192  # MiniLM's 256-token window holds about this many English wor
 GATE = 0.005  # nDCG@10 a share may cost on any dataset's tuning queries (issue 21's gate)
 SHARES = (0.9, 0.7, 0.5, 0.4, 0.3)
 NONE = "none"
+PRODUCT_SHARE = common_words.COMMON_SHARE  # the shipped share (the word lists are at it)
 
 
 def long_queries(group: Any, corpus: set[str]) -> list[D.Query]:
@@ -60,13 +61,13 @@ def quality(cache: Path, shares: list[float]) -> dict[str, Any]:
         queries = long_queries(group, set(index_set.corpus))
         with EvalIndex(index_set, encoder="none", settings=settings, cache=cache) as index:
             retriever = index.retriever()
-            common_words.COMMON_SHARE = 0.5
+            common_words.COMMON_SHARE = PRODUCT_SHARE
             held = sorted(common_words.common_words(retriever.store))
             sizes[group.corpus] = {
                 "documents": len(index_set.corpus),
                 "chunks": index.chunks,
                 "long_queries": len(queries),
-                "common_words_at_0.5": held,
+                "common_words": held,
             }
             for share in [None, *shares]:
                 common_words.COMMON_SHARE = share
@@ -129,7 +130,7 @@ def timing(work: str, shares: list[float], n_queries: int, rounds: int) -> dict[
         speed.synthetic_collection(work, name, size, np.random.default_rng(0), vocab, texts)
         vectors = speed.PrecomputedQueries(speed.clustered(n_queries, rng, speed.CENTROIDS))
         retriever = Retriever(name, db=work, encoder=vectors)  # type: ignore[arg-type]
-        common_words.COMMON_SHARE = 0.5
+        common_words.COMMON_SHARE = PRODUCT_SHARE
         started = time.perf_counter()
         held = common_words.common_words(retriever.store)
         first = (time.perf_counter() - started) * 1000
@@ -144,7 +145,7 @@ def timing(work: str, shares: list[float], n_queries: int, rounds: int) -> dict[
             loads.append(os.getloadavg()[0])
         out[text] = {
             "count_ms": first,
-            "common_words_at_0.5": sorted(held),
+            "common_words": sorted(held),
             "load": loads,
             "cells": {label: speed.percentiles(t) for label, t in times.items()},
         }
@@ -175,10 +176,13 @@ def markdown(report: dict[str, Any]) -> str:
                     continue
                 values = " | ".join(f"{mean(cell[s]):.4f}" for s in shares)
                 lines.append(f"| {dataset} | {role} ({len(cell[NONE])}) | {values} |")
-        lines += ["", "| corpus | documents | chunks | long queries | common stems at 0.5 |"]
+        lines += [
+            "",
+            f"| corpus | documents | chunks | long queries | common stems at {PRODUCT_SHARE} |",
+        ]
         lines.append("|---|---|---|---|---|")
         for corpus, size in quality["sizes"].items():
-            held = ", ".join(size["common_words_at_0.5"])
+            held = ", ".join(size["common_words"])
             lines.append(
                 f"| {corpus} | {size['documents']:,} | {size['chunks']:,} | "
                 f"{size['long_queries']} | {held} |"
@@ -220,7 +224,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             f"- {text}: counting the common words (once per version of the chunks table, on the "
             f"first long query) took {cell['count_ms']:.0f} ms; "
-            f"{len(cell['common_words_at_0.5'])} stems are common at 0.5"
+            f"{len(cell['common_words'])} stems are common at {PRODUCT_SHARE}"
             for text, cell in speed_part.items()
         ]
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ query's BM25 searches leave them out (the snippets still mark them)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,9 @@ def test_a_word_is_common_when_more_than_the_share_of_chunks_hold_its_stem(
     assert stem("unit") in common and "0" not in common  # "0": 4 chunks of 24
 
 
-def test_the_share_decides(collection: tuple[str, Path], small_counts: None, monkeypatch) -> None:
+def test_the_share_decides(
+    collection: tuple[str, Path], small_counts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = Store.open(collection[0], "c")
     monkeypatch.setattr(cw, "COMMON_SHARE", 0.99)
     assert stem("gravel") in cw.common_words(store)  # 24 of 24
@@ -129,7 +132,7 @@ def _searched(retriever: Retriever, monkeypatch: pytest.MonkeyPatch) -> list[str
     for method in ("search_text", "search_documents_text"):
         real = getattr(store, method)
 
-        def spy(query: str, *args: object, _real=real, **kwargs: object) -> object:
+        def spy(query: str, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
             asked.append(query)
             return _real(query, *args, **kwargs)
 
