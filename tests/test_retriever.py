@@ -247,13 +247,13 @@ def test_documents_no_chunk_pool_reached_get_the_passages_a_search_within_each_f
     query = "confidential information supplier patient pump agreement"
     paths = sorted({c.path for c in retriever.store.search_text(query, 100, None)})
     assert len(paths) >= 4
-    together = retriever._passages_of(paths, query, None)
+    together = retriever._passages_of(paths, query, query, None)
     assert set(together) == set(paths)
     for path in paths:
         alone = retriever.store.search_text(query, MAX_PASSAGES, ChunkFilter(paths=[path]))
         assert [p.chunk_id for p in together[path]] == [c.chunk_id for c in alone], path
         assert [p.score for p in together[path]] == pytest.approx([c.score for c in alone])
-    shown = retriever._passages_of(["/nowhere/at/all.txt", paths[0]], query, None)
+    shown = retriever._passages_of(["/nowhere/at/all.txt", paths[0]], query, query, None)
     assert shown["/nowhere/at/all.txt"] == [] and shown[paths[0]] == together[paths[0]]
 
 
