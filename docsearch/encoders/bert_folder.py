@@ -5,7 +5,7 @@ scipy, sympy, sklearn and accelerate, about 190 MB resident in every indexing an
 (benchmarks/results/peers.md), for a forward that is a few lines of torch. This one follows
 `BertModel` with absolute positions and GELU (attention through torch's SDPA), then the folder's
 pooling (mean or CLS) and normalisation, and reads the folder's own safetensors and tokenizer
-(transformers' tokenizer classes, which are light).
+(`folder_tokenizer.py`: its tokenizer.json run without importing transformers).
 
 `load_bert_folder` returns None for any folder it does not describe exactly: another
 architecture, a Dense or custom module, pooling that leaves the prompt out, extra loading
@@ -281,9 +281,10 @@ def load_bert_folder(folder: Path, device: str = "cpu") -> BertSentenceModel | N
     if layout is None:
         return None
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    from docsearch.encoders.folder_tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(folder)
     if layout.max_seq_length is None:  # the newer layout keeps it as the tokenizer's limit
         limit = min(int(tokenizer.model_max_length), int(layout.config["max_position_embeddings"]))
         layout = replace(layout, max_seq_length=limit)
