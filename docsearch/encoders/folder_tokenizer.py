@@ -81,6 +81,17 @@ class FolderTokenizer:
         self.pad_token_id = self._plain.token_to_id(pad_token)
         self.model_max_length = model_max_length
         self.model_input_names = list(inputs)
+        self._spec = spec
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what it is made from (a lock does not pickle)."""
+        made = (self._spec, self.pad_token, self.model_max_length, self.model_input_names)
+        return (FolderTokenizer, made)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FolderTokenizer:
+        """Itself: nothing in it changes but under its own lock, so copies of a model (the
+        precision conversions) share it."""
+        return self
 
     @classmethod
     def of(cls, folder: Path) -> FolderTokenizer | None:

@@ -152,3 +152,17 @@ def test_what_it_does_not_do_is_refused() -> None:
         ours(TEXTS, padding=True, return_tensors="np")
     with pytest.raises(TypeError):
         ours(TEXTS, stride=2)  # type: ignore[call-arg]
+
+
+def test_it_pickles_and_copies_models_that_hold_it() -> None:
+    import copy
+    import pickle
+
+    ours = FolderTokenizer.of(_minilm())
+    assert ours is not None
+    back = pickle.loads(pickle.dumps(ours))
+    assert back(TEXTS, add_special_tokens=False) == ours(TEXTS, add_special_tokens=False)
+    assert back.model_input_names == ours.model_input_names
+    holder = {"tokenizer": ours, "weights": [1.0]}
+    copied = copy.deepcopy(holder)
+    assert copied["tokenizer"] is ours and copied["weights"] is not holder["weights"]
