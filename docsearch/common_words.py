@@ -16,11 +16,11 @@ Not here: which queries count as long (`Retriever`, with fusion.LONG_QUERY_WORDS
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from docsearch.similar import WORD  # words as the full-text index splits them
 from docsearch.snippets import stem
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 COMMON_SHARE: float | None = 0.4
 SAMPLE_CHUNKS = 1000  # the share's standard error at 0.4 is then 1.5 points
 MIN_CHUNKS = 1000
-WORD = re.compile(r"[^\W_]+")  # as Lance's tokenizer splits text: at anything not alphanumeric
 _KEPT = 8  # collection versions whose common words are held
 
 _lock = threading.Lock()
