@@ -16,25 +16,18 @@ Not here: which queries count as long (`Retriever`, with fusion.LONG_QUERY_WORDS
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from typing import TYPE_CHECKING
+from functools import lru_cache
 
+from docsearch.indexer.store import Store
 from docsearch.similar import WORD  # words as the full-text index splits them
 from docsearch.snippets import stem
-
-if TYPE_CHECKING:
-    from docsearch.indexer.store import Store
 
 # The smallest share that kept the lexical rule's tuning nDCG@10 within 0.005 of keeping
 # every word on each dataset (0.3 cost summary2meeting 0.022). None: every query keeps every word.
 COMMON_SHARE: float | None = 0.4
 SAMPLE_CHUNKS = 1000  # the share's standard error at 0.4 is then 1.5 points
 MIN_CHUNKS = 1000
-_KEPT = 8  # collection versions whose common words are held
-
-_lock = threading.Lock()
-_held: dict[tuple[str, str, str, float], frozenset[str]] = {}
 
 
 def common_words(store: Store) -> frozenset[str]:
@@ -42,20 +35,13 @@ def common_words(store: Store) -> frozenset[str]:
     share is None or the collection is small), counted once per version of its chunks table."""
     if COMMON_SHARE is None:
         return frozenset()
-    key = (store.uri, store.name, store.chunks_version(), COMMON_SHARE)
-    with _lock:
-        found = _held.get(key)
-    if found is None:
-        found = _count(store, COMMON_SHARE)
-        with _lock:
-            while len(_held) >= _KEPT:
-                del _held[next(iter(_held))]
-            _held[key] = found
-    return found
+    return _counted(store.uri, store.name, store.chunks_version(), COMMON_SHARE)
 
 
-def _count(store: Store, share: float) -> frozenset[str]:
-    texts = store.spread_texts(SAMPLE_CHUNKS)
+@lru_cache(maxsize=8)
+def _counted(db: str, name: str, version: str, share: float) -> frozenset[str]:
+    # `version` is only the cache key: a collection written to again is counted again.
+    texts = Store.open(db, name).spread_texts(SAMPLE_CHUNKS)
     if len(texts) < MIN_CHUNKS:  # (MIN_CHUNKS <= SAMPLE_CHUNKS)
         return frozenset()
     holding: Counter[str] = Counter()

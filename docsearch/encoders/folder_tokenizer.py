@@ -125,7 +125,7 @@ class FolderTokenizer:
         verbose: bool = True,  # noqa: ARG002 - transformers' length warning: none is given
     ) -> dict[str, Any]:
         one = isinstance(text, str)
-        texts = [text] if isinstance(text, str) else list(text)
+        texts = [text] if one else list(text)
         truncate = truncation not in (None, False, "do_not_truncate")
         pad = padding not in (False, "do_not_pad")
         if truncate and truncation not in (True, "longest_first"):

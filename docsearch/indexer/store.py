@@ -1220,12 +1220,14 @@ class Store:
         """The docs table's latest version as a key for caches derived from it: its number and
         when it was written (a collection dropped and built again restarts the numbers, not the
         clock). Read from the manifest already open: no data is read."""
-        version = self._read("docs").get_version()
-        return f"{version['version']}@{version['timestamp'].isoformat()}"
+        return self._version_key("docs")
 
     def chunks_version(self) -> str:
         """The chunks table's latest version as a cache key (as `documents_version`)."""
-        version = self._read("chunks").get_version()
+        return self._version_key("chunks")
+
+    def _version_key(self, table: str) -> str:
+        version = self._read(table).get_version()
         return f"{version['version']}@{version['timestamp'].isoformat()}"
 
     def spread_texts(self, limit: int) -> list[str]:
