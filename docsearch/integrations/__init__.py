@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from docsearch.retriever import Hit, Retriever
 
 
+SEARCH_OPTIONS = ("k", "mode", "where", "path", "granularity")  # settable per call as well
+
+
 class CollectionSearch:
     """The adapters' search: `Retriever.search` with their arguments, on a docsearch `Retriever`
     opened on first use and kept."""
@@ -36,9 +39,17 @@ class CollectionSearch:
 
         return Retriever(self.collection, db=self.db)
 
-    def hits(self, query: str) -> list[Hit]:
+    def hits(self, query: str, **overrides: Any) -> list[Hit]:
+        """The search with the adapter's options, `overrides` (validated by the adapter) replacing
+        some of them for this call only."""
+        options = {name: getattr(self, name) for name in SEARCH_OPTIONS} | overrides
         return self.retriever.search(
-            query, self.k, self.mode, self.where, path=self.path, granularity=self.granularity
+            query,
+            options["k"],
+            options["mode"],
+            options["where"],
+            path=options["path"],
+            granularity=options["granularity"],
         )
 
 

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 import pytest
+from pydantic import ValidationError
 
 pytest.importorskip("langchain_core")
 
@@ -84,3 +85,49 @@ def test_missing_langchain_says_which_extra_to_install(monkeypatch: pytest.Monke
     monkeypatch.delitem(sys.modules, "docsearch.integrations.langchain")
     with pytest.raises(ImportError, match=r"pip install 'docsearch\[langchain\]'"):
         importlib.import_module("docsearch.integrations.langchain")
+
+
+def test_k_given_to_invoke_holds_for_that_call_only(samples_db: str) -> None:
+    retriever = DocsearchRetriever(collection="samples", db=samples_db, k=4)
+    opened = retriever.retriever
+    assert len(retriever.invoke("termination for cause", k=1)) == 1
+    assert len(retriever.invoke("termination for cause")) == 4
+    assert len(asyncio.run(retriever.ainvoke("termination for cause", k=2))) == 2
+    assert len(asyncio.run(retriever.ainvoke("termination for cause"))) == 4
+    assert retriever.k == 4 and retriever.retriever is opened  # nothing rebuilt
+
+
+def test_every_search_option_can_be_given_per_call(samples_db: str) -> None:
+    retriever = DocsearchRetriever(collection="samples", db=samples_db, k=10)
+    lexical = retriever.invoke(QUERY, mode="lexical")
+    assert lexical and all(set(d.metadata["scores"]) == {"lexical", "fused"} for d in lexical)
+    on_page3 = retriever.invoke("termination", mode="lexical", where="page_start = 3")
+    assert on_page3 and all(d.metadata["page_start"] == 3 for d in on_page3)
+    md_only = retriever.invoke("confidential information", path="*.md")
+    assert md_only and all(d.metadata["path"].endswith(".md") for d in md_only)
+    documents = retriever.invoke("termination", granularity="document")
+    assert len({d.metadata["doc_id"] for d in documents}) == len(documents) > 1
+    everything = retriever.invoke("termination")  # the constructor's options again
+    assert len({d.metadata["doc_id"] for d in everything}) < len(everything)
+    assert {"dense", "lexical"} <= set(everything[0].metadata["scores"])
+
+
+def test_per_call_options_are_validated_as_the_constructor_validates_them(
+    samples_db: str,
+) -> None:
+    retriever = DocsearchRetriever(collection="samples", db=samples_db, k=2)
+    for bad in ({"k": "two"}, {"mode": "fuzzy"}, {"granularity": "page"}):
+        with pytest.raises(ValidationError) as from_invoke:
+            retriever.invoke(QUERY, **bad)
+        with pytest.raises(ValidationError) as from_constructor:
+            DocsearchRetriever(collection="samples", db=samples_db, **bad)
+        assert from_invoke.value.errors() == from_constructor.value.errors()
+        with pytest.raises(ValidationError):
+            asyncio.run(retriever.ainvoke(QUERY, **bad))
+    with pytest.raises(UsageError, match="unknown search option 'top_k'"):
+        retriever.invoke(QUERY, top_k=1)
+    with pytest.raises(UsageError, match="unbalanced parentheses"):
+        retriever.invoke(QUERY, where="1=1) OR (1=1", path="*.pdf")
+    assert len(retriever.invoke(QUERY, k="1")) == 1  # coerced as the constructor coerces it
+    assert len(retriever.invoke(QUERY, verbose=True)) == 2  # LangChain's own argument
+    assert (retriever.k, retriever.mode, retriever.granularity) == (2, None, "passage")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import sys
+import threading
 
 import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core.schema import MetadataMode, TextNode  # noqa: E402
+from llama_index.core.retrievers import BaseRetriever  # noqa: E402
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode  # noqa: E402
 
 from docsearch.errors import UsageError  # noqa: E402
 from docsearch.integrations.llamaindex import DocsearchLlamaRetriever  # noqa: E402
@@ -63,3 +66,47 @@ def test_missing_llamaindex_says_which_extra_to_install(monkeypatch: pytest.Monk
     monkeypatch.delitem(sys.modules, "docsearch.integrations.llamaindex")
     with pytest.raises(ImportError, match=r"pip install 'docsearch\[llamaindex\]'"):
         importlib.import_module("docsearch.integrations.llamaindex")
+
+
+def test_retrieve_and_aretrieve_give_scored_nodes_best_first(samples_db: str) -> None:
+    retriever = DocsearchLlamaRetriever("samples", db=samples_db, k=3)
+    assert BaseRetriever in type(retriever).__mro__
+    from_str = retriever.retrieve(QUERY)
+    from_bundle = asyncio.run(retriever.aretrieve(QueryBundle(QUERY)))
+    for results in (from_str, from_bundle):
+        assert len(results) == 3 and all(isinstance(r, NodeWithScore) for r in results)
+        scores = [r.score for r in results]
+        assert all(isinstance(score, float) and score > 0 for score in scores)
+        assert scores == sorted(scores, reverse=True)
+    assert [r.node.node_id for r in from_bundle] == [r.node.node_id for r in from_str]
+    assert [r.score for r in from_bundle] == pytest.approx([r.score for r in from_str])
+
+
+def test_aretrieve_searches_off_the_event_loop(samples_db: str) -> None:
+    searched_on: list[int] = []
+
+    class Recording(DocsearchLlamaRetriever):
+        def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+            searched_on.append(threading.get_ident())
+            return super()._retrieve(query_bundle)
+
+    async def loop_thread_and_results() -> tuple[int, list[NodeWithScore]]:
+        retriever = Recording("samples", db=samples_db, k=2)
+        return threading.get_ident(), await retriever.aretrieve(QUERY)
+
+    loop_thread, results = asyncio.run(loop_thread_and_results())
+    assert len(results) == 2 and searched_on and searched_on[0] != loop_thread
+
+
+def test_similarity_top_k_is_k_in_the_constructor_and_between_calls(samples_db: str) -> None:
+    retriever = DocsearchLlamaRetriever("samples", db=samples_db, similarity_top_k=2)
+    opened = retriever.retriever
+    assert retriever.k == retriever.similarity_top_k == 2
+    assert len(retriever.retrieve("termination for cause")) == 2
+    retriever.similarity_top_k = 1
+    assert len(retriever.retrieve("termination for cause")) == 1
+    assert len(asyncio.run(retriever.aretrieve("termination for cause"))) == 1
+    assert retriever.retriever is opened  # the setting changed, nothing was rebuilt
+    assert DocsearchLlamaRetriever("samples", db=samples_db).similarity_top_k == 5
+    with pytest.raises(UsageError, match="not both"):
+        DocsearchLlamaRetriever("samples", db=samples_db, k=3, similarity_top_k=2)
