@@ -413,6 +413,9 @@ def table_uri(db_uri: str, table: str) -> str:
 READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
 COLLECTION_TABLES = ("chunks", "files")
 PENDING_TABLE = "pending_vectors"  # embedded vectors not yet committed (a run's checkpoint)
+# The chunks and docs tables' config key listing the paths whose rows a commit is replacing:
+# hidden from search until their file records are committed too (see `Store.commit`).
+PENDING_PATHS_KEY = "docsearch.pending_paths"
 # Every table of a version, in the order they are dropped: the chunks table (the marker) first.
 ALL_TABLES = ("chunks", "docs", PENDING_TABLE, "files")
 
@@ -638,6 +641,21 @@ def _replace(table: Any, key: str, rows: list[dict[str, Any]], paths: Sequence[s
     if paths:
         merge = merge.when_not_matched_by_source_delete(sql_in("path", paths))
     merge.execute(rows)
+
+
+def pending_paths(dataset: Any) -> frozenset[str]:
+    """The paths a table version holds rows of that are not committed in every table yet
+    (read from the manifest already open: no data is read)."""
+    raw = dataset.config().get(PENDING_PATHS_KEY)
+    return frozenset(json.loads(raw)) if raw else frozenset()
+
+
+def _hiding(sql: str | None, hidden: frozenset[str]) -> str | None:
+    """`sql` narrowed to rows whose path is not in `hidden`."""
+    if not hidden:
+        return sql
+    not_hidden = f"NOT ({sql_in('path', sorted(hidden))})"
+    return not_hidden if sql is None else f"({sql}) AND {not_hidden}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -964,7 +982,7 @@ class Store:
         self, where: str | ChunkFilter, columns: Sequence[str] | None = None
     ) -> list[dict[str, Any]]:
         """Chunk rows matching `where` (as for `count_chunks`), with `columns` or all of them."""
-        scan = {"columns": list(columns or []) or None}
+        scan: dict[str, Any] = {"columns": list(columns or []) or None}
         return self._scan(where, **scan)
 
     def rows_and_vectors(
@@ -1079,6 +1097,9 @@ class Store:
         rows = [r for u in updates if u.rows is not None for r in u.rows]
         if rows or fragments:
             self.ensure_search_indexes()  # before the rows land: none is ever unsearchable
+            self._set_pending(
+                add=replaced if fragments else [u.record.path for u in updates if u.rows]
+            )
         if fragments:
             assert not rows, "new chunks come as rows or as fragments, not both"
             for kind in ("chunks", "docs"):
@@ -1087,6 +1108,29 @@ class Store:
             _replace(self.chunks, "id", rows, gone)
             _replace(self.docs, "path", document_rows(rows), gone)
         _replace(self.files_table, "path", [asdict(u.record) for u in updates], deleted)
+        self._set_pending(remove=gone)
+
+    def _set_pending(self, add: Sequence[str] = (), remove: Sequence[str] = ()) -> None:
+        """Add paths to, or remove them from, the chunks and docs tables' pending paths, each in
+        one small commit (no data is written). A path is added before any of its rows change
+        and removed once its file record is committed: a search reads a table's rows and its
+        pending paths from the same version, so it never sees a file that is half written, and
+        a run killed in between leaves its files hidden until the next run redoes them."""
+        for kind in ("chunks", "docs"):
+            dataset = self._read(kind)
+            before = pending_paths(dataset)
+            after = (before | set(add)) - set(remove)
+            if after == before:
+                continue
+            value = json.dumps(sorted(after)) if after else None
+            dataset.update_config({PENDING_PATHS_KEY: value})
+            getattr(self, kind).checkout_latest()  # the change was committed through another handle
+
+    def pending_paths(self) -> list[str]:
+        """Paths whose rows an interrupted run left half written: hidden from search, and redone
+        (or dropped, if the file is gone) by the next run."""
+        chunks, docs = (pending_paths(self._read(kind)) for kind in ("chunks", "docs"))
+        return sorted(chunks | docs)
 
     def write_fragments(
         self, rows: list[dict[str, Any]], documents: list[dict[str, Any]] | None = None
@@ -1265,7 +1309,8 @@ class Store:
             "columns": [*_result_columns(text), "_distance"],
         }
         # Lance reports the cosine distance; candidates score by similarity (higher is better).
-        return [candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
+        nearest = self._scan(where, hide_pending=True, **scan)
+        return [candidate(r, 1.0 - r.pop("_distance")) for r in nearest]
 
     def search_documents_text(
         self, query: str, k: int, where: ChunkFilter | None
@@ -1306,7 +1351,9 @@ class Store:
             return seen[1]
         held = None
         indexed = any(found["name"] == "vector_idx" for found in dataset.list_indices())
-        if not indexed and dataset.count_rows() <= VECTOR_INDEX_MIN_ROWS:
+        # A version with rows pending is searched in Lance, where they are filtered out.
+        small = not indexed and dataset.count_rows() <= VECTOR_INDEX_MIN_ROWS
+        if small and not pending_paths(dataset):
             names = [c for c in columns if c in dataset.schema.names]
             held = ExactVectors.of(dataset.to_table(columns=[*names, "vector"]))
         self._exact[kind] = (dataset.version, held)
@@ -1322,11 +1369,10 @@ class Store:
         if (where is not None and where.has_where) or not self.has_documents:
             return []
         columns = [*DOC_COLUMNS, score]
-        sql = where.sql() if where is not None else None
+        dataset = self._read("docs")
+        sql = _hiding(where.sql() if where is not None else None, pending_paths(dataset))
         return list(
-            self._read("docs")
-            .to_table(filter=sql, prefilter=True, columns=columns, **scan)
-            .to_pylist()
+            dataset.to_table(filter=sql, prefilter=True, columns=columns, **scan).to_pylist()
         )
 
     @staticmethod
@@ -1392,7 +1438,7 @@ class Store:
         columns = [*_result_columns(text), "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
         try:
-            rows = self._scan(where, **scan)
+            rows = self._scan(where, hide_pending=True, **scan)
         except ValueError:
             # Read on a version from before the full-text index (checked on the error path only)
             indexed, empty = self._text_index_state()
@@ -1400,7 +1446,7 @@ class Store:
                 return []
             if not indexed:
                 raise
-            rows = self._scan(where, **scan)  # the index landed since that read: read again
+            rows = self._scan(where, hide_pending=True, **scan)  # the index landed since: again
         return [candidate(r, r.pop("_score")) for r in rows]
 
     def _text_index_state(self) -> tuple[bool, bool]:
@@ -1413,19 +1459,25 @@ class Store:
         indexed = any(found["type"] == "Inverted" for found in dataset.list_indices())
         return indexed, dataset.count_rows() == 0
 
-    def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
+    def _scan(
+        self, where: str | ChunkFilter | None, *, hide_pending: bool = False, **scan: Any
+    ) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
-        return list(self._scan_table(where, **scan).to_pylist())
+        return list(self._scan_table(where, hide_pending=hide_pending, **scan).to_pylist())
 
-    def _scan_table(self, where: str | ChunkFilter | None, **scan: Any) -> Any:
-        """One read of the chunks table, filtered by `where`, as an Arrow table."""
+    def _scan_table(
+        self, where: str | ChunkFilter | None, *, hide_pending: bool = False, **scan: Any
+    ) -> Any:
+        """One read of the chunks table, filtered by `where`, as an Arrow table. `hide_pending`
+        (searches): without the rows of files not committed in every table yet."""
         with self._filter_errors(where):
             dataset = self._read("chunks")
             if scan.get("columns"):  # a collection from before OCR, not written since, lacks it
                 scan["columns"] = [
                     c for c in scan["columns"] if c in dataset.schema.names or c[0] == "_"
                 ]
-            return dataset.to_table(filter=_sql(where), **scan)
+            sql = _hiding(_sql(where), pending_paths(dataset)) if hide_pending else _sql(where)
+            return dataset.to_table(filter=sql, **scan)
 
     @contextmanager
     def _filter_errors(self, where: str | ChunkFilter | None) -> Iterator[None]:
