@@ -551,7 +551,7 @@ class Indexer:
         log.debug("%s: %s raised", outcome.record.path, step, exc_info=True)
         error = ExtractionError(f"failed while {step} ({describe_error(exc)})")
         old = None if wrote else outcome.old
-        failed = _failed(outcome.record, old, error)
+        failed = _failed(replace(outcome.record, n_chunks=0), old, error)  # none of its rows kept
         self.report.uncount(outcome)
         self.report.count(failed)
         self.store.commit([failed.update()])
