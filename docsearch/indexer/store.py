@@ -10,7 +10,11 @@ in `docs` (one per file, derived from its chunks: whole text, mean vector), then
 records them. A file too large to hold in memory is written as uncommitted fragments a group of
 chunks at a time, with its document row last, and committed alone (`write_fragments`). A docs
 row holds at most DOC_TEXT_CHARS characters of its document's text (see `whole_text`). Lexical search is LanceDB's native BM25 full-text index (built before the first
-rows are committed); vector search is cosine. While a run embeds, `<name>__pending_vectors`
+rows are committed); vector search is cosine. A commit lists the paths whose rows it replaces as
+pending in the chunks and docs tables' config before the rows change and clears them once their
+file records are written: searches leave pending paths out (read from the version they search;
+no filter when none is pending), so a killed run's half-written files are never found, and the
+next run redoes them (`pending_paths`). While a run embeds, `<name>__pending_vectors`
 checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
 creation was killed is listed as incomplete and repaired by the next writer; one writer per
 collection holds a lock on local databases (object stores: single writer by rule).
@@ -44,6 +48,7 @@ from docsearch.indexer.exact import ExactVectors
 from docsearch.indexer.filters import ChunkFilter, bad_where, lance_problem
 from docsearch.indexer.filters import sql_in as sql_in  # re-exported
 from docsearch.indexer.filters import sql_str as sql_str
+from docsearch.indexer.pending import PENDING_PATHS_KEY, hiding, pending_paths
 
 log = logging.getLogger(__name__)
 
@@ -413,9 +418,6 @@ def table_uri(db_uri: str, table: str) -> str:
 READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
 COLLECTION_TABLES = ("chunks", "files")
 PENDING_TABLE = "pending_vectors"  # embedded vectors not yet committed (a run's checkpoint)
-# The chunks and docs tables' config key listing the paths whose rows a commit is replacing:
-# hidden from search until their file records are committed too (see `Store.commit`).
-PENDING_PATHS_KEY = "docsearch.pending_paths"
 # Every table of a version, in the order they are dropped: the chunks table (the marker) first.
 ALL_TABLES = ("chunks", "docs", PENDING_TABLE, "files")
 
@@ -641,21 +643,6 @@ def _replace(table: Any, key: str, rows: list[dict[str, Any]], paths: Sequence[s
     if paths:
         merge = merge.when_not_matched_by_source_delete(sql_in("path", paths))
     merge.execute(rows)
-
-
-def pending_paths(dataset: Any) -> frozenset[str]:
-    """The paths a table version holds rows of that are not committed in every table yet
-    (read from the manifest already open: no data is read)."""
-    raw = dataset.config().get(PENDING_PATHS_KEY)
-    return frozenset(json.loads(raw)) if raw else frozenset()
-
-
-def _hiding(sql: str | None, hidden: frozenset[str]) -> str | None:
-    """`sql` narrowed to rows whose path is not in `hidden`."""
-    if not hidden:
-        return sql
-    not_hidden = f"NOT ({sql_in('path', sorted(hidden))})"
-    return not_hidden if sql is None else f"({sql}) AND {not_hidden}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1370,7 +1357,7 @@ class Store:
             return []
         columns = [*DOC_COLUMNS, score]
         dataset = self._read("docs")
-        sql = _hiding(where.sql() if where is not None else None, pending_paths(dataset))
+        sql = hiding(where.sql() if where is not None else None, pending_paths(dataset))
         return list(
             dataset.to_table(filter=sql, prefilter=True, columns=columns, **scan).to_pylist()
         )
@@ -1476,7 +1463,7 @@ class Store:
                 scan["columns"] = [
                     c for c in scan["columns"] if c in dataset.schema.names or c[0] == "_"
                 ]
-            sql = _hiding(_sql(where), pending_paths(dataset)) if hide_pending else _sql(where)
+            sql = hiding(_sql(where), pending_paths(dataset)) if hide_pending else _sql(where)
             return dataset.to_table(filter=sql, **scan)
 
     @contextmanager
