@@ -238,6 +238,17 @@ def fingerprint(path: Path, limits: Limits) -> tuple[str, bytes | None]:
     return digest.hexdigest(), None
 
 
+def failed_step(
+    outcome: FileOutcome, exc: Exception, step: str, wrote: bool = False
+) -> FileOutcome:
+    """An extracted file that failed at a later `step`, with the step and the error as its
+    reason. Nothing of it written (`wrote` False): its previous version keeps serving."""
+    log.debug("%s: %s raised", outcome.record.path, step, exc_info=True)
+    error = ExtractionError(f"failed while {step} ({describe_error(exc)})")
+    old = None if wrote else outcome.old
+    return _failed(replace(outcome.record, n_chunks=0), old, error)  # none of its rows kept
+
+
 def _failed(record: FileRecord, old: FileRecord | None, exc: ExtractionError) -> FileOutcome:
     """A file that could not be read keeps serving its previous chunks if it had any."""
     warnings = [paths.one_line(w) for w in exc.warnings]
@@ -548,10 +559,7 @@ class Indexer:
         False): its previous version, if any, keeps serving. A write that failed midway may
         have replaced some of its rows: they are dropped with it (the next run retries it).
         A store that cannot even record the failure stops the run."""
-        log.debug("%s: %s raised", outcome.record.path, step, exc_info=True)
-        error = ExtractionError(f"failed while {step} ({describe_error(exc)})")
-        old = None if wrote else outcome.old
-        failed = _failed(replace(outcome.record, n_chunks=0), old, error)  # none of its rows kept
+        failed = failed_step(outcome, exc, step, wrote)
         self.report.uncount(outcome)
         self.report.count(failed)
         self.store.commit([failed.update()])

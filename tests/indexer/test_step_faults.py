@@ -135,3 +135,40 @@ def test_a_changed_file_that_faults_before_it_is_written_keeps_serving(
     texts = [r["text"] for r in Store.open(db, "c").rows("ordinal >= 0", ["path", "text"])]
     assert any(f"A note about the {FAULT_WORD}" in text for text in texts)  # the old version
     assert health(db)["state"] == "ok"
+
+
+class RayStagesInline:
+    """The Ray engine's stages (extract task, embedding actor, one commit) in this process, as
+    tests/scale/test_ray_engine.py's InlineRay runs them, without needing Ray installed."""
+
+    embeds_here = False
+
+    def run(self, job: Any, work: Any) -> None:
+        import pickle
+
+        from docsearch.indexer import ray_engine
+
+        outcomes = [
+            pickle.loads(ray_engine.extract_task(row, job.limits, work.deleted_shas)["payload"])
+            for row in ray_engine.task_rows(work)
+        ]
+        worker = ray_engine.EmbedWorker(**ray_engine.EmbedWorker.arguments(job))
+        ray_engine.commit_results(job, work, [worker.process(outcomes)])
+        job.store.refresh_indexes()
+
+
+@pytest.mark.parametrize("step", ["chunk", "embed"])
+def test_the_ray_engines_actor_fails_only_the_faulty_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    ray_engine = pytest.importorskip("docsearch.indexer.ray_engine")
+    monkeypatch.setattr(ray_engine, "_node_id", lambda: "local")  # no Ray runtime to ask
+    root, db = folder(tmp_path / "docs"), str(tmp_path / "db")
+    STEPS[step](monkeypatch)
+    report = index_into(db, root, engine=RayStagesInline())
+    assert [Path(p).name for p, _ in report.failed] == [f"{FAULT_WORD}.md"]
+    assert "chunking and embedding" in report.failed[0][1]
+    stored = Store.open(db, "c")
+    paths = {Path(row["path"]).name for row in stored.rows("ordinal >= 0", ["path"])}
+    assert paths == {"good0.md", "good1.md", "good2.md"}
+    assert health(db)["state"] == "ok"
