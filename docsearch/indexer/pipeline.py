@@ -273,9 +273,8 @@ def text_sha(text: str) -> str:
 
 
 def chunk_id(path: str, ordinal: int, sha: str) -> str:
-    return hashlib.sha1(f"{path}\0{ordinal}\0{sha}".encode("utf-8", "surrogatepass")).hexdigest()[
-        :24
-    ]
+    key = f"{path}\0{ordinal}\0{sha}".encode("utf-8", "surrogatepass")
+    return hashlib.sha1(key).hexdigest()[:24]
 
 
 def doc_id(path: str) -> str:
