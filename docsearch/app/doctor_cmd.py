@@ -41,6 +41,7 @@ def doctor(
         health["ocr_pages"] = {r.path: r.ocr_pages for r in records if r.ocr_pages}
         health["encoder"] = store.meta.encoder
         health["pending_files"] = store.pending_paths()
+        health["unrecorded_files"] = store.unrecorded_paths()
         health["state"] = state(health)
         report["collections"][name] = health
         problems += bool(failed) + (health["state"] != OK)
@@ -53,7 +54,8 @@ def doctor(
 
 def state(health: dict[str, Any]) -> str:
     """OK, or REPAIR_PENDING where an interrupted run left work the next run finishes."""
-    return REPAIR_PENDING if health["pending_files"] or health["fts_unindexed_rows"] else OK
+    repairs = ("pending_files", "unrecorded_files", "fts_unindexed_rows")
+    return REPAIR_PENDING if any(health[what] for what in repairs) else OK
 
 
 def _print_doctor(report: dict[str, Any]) -> None:
@@ -71,6 +73,13 @@ def _print_doctor(report: dict[str, Any]) -> None:
             )
             for path in h["pending_files"]:
                 typer.echo(f"  pending: {path}")
+        if h["unrecorded_files"]:
+            typer.echo(
+                f"  {len(h['unrecorded_files'])} files have documents but no file record (a run "
+                "of an earlier docsearch was interrupted); the next `docsearch index` run redoes them"
+            )
+            for path in h["unrecorded_files"]:
+                typer.echo(f"  unrecorded: {path}")
         if h["fts_unindexed_rows"]:
             typer.echo(
                 f"  {h['fts_unindexed_rows']} rows are searched without the full-text index "

@@ -114,10 +114,11 @@ def index(
 
 def planned(store: Store, root: Path, include: Sequence[str], exclude: Sequence[str]) -> Plan:
     """The run's plan, with the repair of what an interrupted run left half written (its paths
-    are pending in the store, hidden from search): each such file still there is done again as
-    if new, and the rows and record of each one that is not are deleted."""
+    are pending in the store, hidden from search, or, from an earlier docsearch, have documents
+    without records): each such file still there is done again as if new, and the rows and
+    record of each one that is not are deleted."""
     records = store.file_records()
-    pending = set(store.pending_paths())
+    pending = set(store.pending_paths()) | set(store.unrecorded_paths())
     work = plan(root, {p: r for p, r in records.items() if p not in pending}, include, exclude)
     if pending:
         redone = {item.path for item in work.items}

@@ -1119,6 +1119,16 @@ class Store:
         chunks, docs = (pending_paths(self._read(kind)) for kind in ("chunks", "docs"))
         return sorted(chunks | docs)
 
+    def unrecorded_paths(self) -> list[str]:
+        """Paths with a document row but no file record: what a run killed between those two
+        commits left before paths were marked pending (an earlier docsearch). Searchable, and
+        redone (or dropped) by the next run as pending ones are."""
+        if not self.has_documents:
+            return []
+        documents = self._read("docs").to_table(columns=["path"]).column("path").to_pylist()
+        records = self._read("files").to_table(columns=["path"]).column("path").to_pylist()
+        return sorted(set(documents) - set(records))
+
     def write_fragments(
         self, rows: list[dict[str, Any]], documents: list[dict[str, Any]] | None = None
     ) -> list[tuple[str, Any]]:

@@ -216,3 +216,25 @@ def test_a_half_written_file_deleted_before_the_rerun_is_dropped(tmp_path: Path)
     store = Store.open(db, "c")
     assert {row["path"] for row in store.rows("ordinal >= 0", ["path"])} == {str(root / "b.md")}
     assert store.pending_paths() == [] and set(store.file_records()) == {str(root / "b.md")}
+
+
+def test_a_crash_state_from_before_pending_paths_is_reported_and_repaired(tmp_path: Path) -> None:
+    """Chunks and documents of a file with no record and not marked pending (what a kill left
+    before commits marked their paths): `doctor` says the next run redoes it, and it does."""
+    import json
+
+    import lance
+
+    from docsearch.indexer.pending import PENDING_PATHS_KEY
+
+    root, db, args = _killed_before_file_records(tmp_path)
+    store = Store.open(db, "c")
+    for kind in ("chunks", "docs"):  # as an earlier docsearch would have left it
+        lance.dataset(store._uri(kind)).update_config({PENDING_PATHS_KEY: None})
+    health = json.loads(_cli("doctor", "--json", "--db", db).stdout)["collections"]["c"]
+    assert health["state"] == "repair pending"
+    assert (health["pending_files"], health["unrecorded_files"]) == ([], [str(root / "a.md")])
+    assert run_cli(*args).returncode == 0
+    store = Store.open(db, "c")
+    assert store.unrecorded_paths() == [] and list(store.file_records()) == [str(root / "a.md")]
+    assert _cli("doctor", "--db", db).exit_code == 0
