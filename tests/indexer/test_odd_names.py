@@ -165,3 +165,25 @@ def test_watch_follows_renames_and_deletes_of_odd_names(
         stop.set()
         thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_the_ui_shows_escaped_names_and_previews_the_files_they_name(
+    odd_folder: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    import html
+
+    from docsearch.app.web.actions import Filters, Picked, UIContext, results_html
+    from docsearch.config import Settings
+
+    folder, shown = odd_folder
+    db = str(tmp_path / "db")
+    index_into(db, folder)
+    ui = UIContext(db, Settings(db=db), "c", folder)
+    for word, path in shown.items():
+        found = ui.search(word, "c", "lexical", 1, Filters())
+        assert [hit.path for hit in found.hits] == [path]
+        page = results_html(found)
+        assert html.escape(path.rsplit("/", 1)[-1]) in page
+        assert not any(c in page for c in "\t\x1b\udce9")
+        preview = ui.preview(Picked(found.hits[0], "c", word))  # opens the file by its bytes
+        assert word in preview.body
