@@ -208,6 +208,7 @@ def test_killed_before_its_file_records_a_file_is_hidden_then_repaired(tmp_path:
     assert healthy.exit_code == 0 and "c: ok" in healthy.stdout, healthy.stdout
 
 
+@pytest.mark.slow  # about 10-15 s: two index runs in subprocesses
 def test_a_half_written_file_deleted_before_the_rerun_is_dropped(tmp_path: Path) -> None:
     root, db, args = _killed_before_file_records(tmp_path)
     (root / "a.md").unlink()
@@ -218,6 +219,7 @@ def test_a_half_written_file_deleted_before_the_rerun_is_dropped(tmp_path: Path)
     assert store.pending_paths() == [] and set(store.file_records()) == {str(root / "b.md")}
 
 
+@pytest.mark.slow  # about 10-15 s: two index runs in subprocesses
 def test_a_crash_state_from_before_pending_paths_is_reported_and_repaired(tmp_path: Path) -> None:
     """Chunks and documents of a file with no record and not marked pending (what a kill left
     before commits marked their paths): `doctor` says the next run redoes it, and it does."""
