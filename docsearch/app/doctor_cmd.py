@@ -1,6 +1,10 @@
-"""`docsearch doctor`: index health per collection; exit 3 when one needs attention.
+"""`docsearch doctor`: index health per collection; exit 3 when one is not ok or has failed files.
 
-Not here: the checks themselves (`Store.index_health`), listing collections (`collections_cmd.py`).
+A collection is "ok", or "repair pending": an interrupted run left files half written (hidden
+from search) or rows not yet in the full-text index, and the next `docsearch index` run repairs
+both. Failed files are listed with their reasons (each run retries them); they leave the
+collection ok. Not here: the checks themselves (`Store.index_health`, `Store.pending_paths`),
+listing collections (`collections_cmd.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from typing import Any
 import typer
 
 from docsearch.app.common import CollectionOption, DbOption, JsonOption, handle_errors
+
+OK, REPAIR_PENDING = "ok", "repair pending"
 
 
 @handle_errors
@@ -34,8 +40,11 @@ def doctor(
         records = store.file_records().values()
         health["ocr_pages"] = {r.path: r.ocr_pages for r in records if r.ocr_pages}
         health["encoder"] = store.meta.encoder
+        health["pending_files"] = store.pending_paths()
+        health["unrecorded_files"] = store.unrecorded_paths()
+        health["state"] = state(health)
         report["collections"][name] = health
-        problems += bool(failed) + bool(health["fts_unindexed_rows"])
+        problems += bool(failed) + (health["state"] != OK)
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
     else:
@@ -43,15 +52,39 @@ def doctor(
     raise typer.Exit(3 if problems else 0)
 
 
+def state(health: dict[str, Any]) -> str:
+    """OK, or REPAIR_PENDING where an interrupted run left work the next run finishes."""
+    repairs = ("pending_files", "unrecorded_files", "fts_unindexed_rows")
+    return REPAIR_PENDING if any(health[what] for what in repairs) else OK
+
+
 def _print_doctor(report: dict[str, Any]) -> None:
     typer.echo(f"docsearch {report['docsearch']}  db: {report['db']}")
     for name, h in report["collections"].items():
-        ok = "ok" if not h["failed_files"] and not h["fts_unindexed_rows"] else "needs attention"
         typer.echo(
-            f"{name}: {ok}; {h['files']} files, {h['chunks']} chunks, "
+            f"{name}: {h['state']}; {h['files']} files, {h['chunks']} chunks, "
             f"{h['fts_unindexed_rows']} rows missing from the full-text index, "
             f"{h['versions']} table versions"
         )
+        if h["pending_files"]:
+            typer.echo(
+                f"  {len(h['pending_files'])} files half written by an interrupted run are "
+                "hidden from search; the next `docsearch index` run redoes them"
+            )
+            for path in h["pending_files"]:
+                typer.echo(f"  pending: {path}")
+        if h["unrecorded_files"]:
+            typer.echo(
+                f"  {len(h['unrecorded_files'])} files have documents but no file record (a run "
+                "of an earlier docsearch was interrupted); the next `docsearch index` run redoes them"
+            )
+            for path in h["unrecorded_files"]:
+                typer.echo(f"  unrecorded: {path}")
+        if h["fts_unindexed_rows"]:
+            typer.echo(
+                f"  {h['fts_unindexed_rows']} rows are searched without the full-text index "
+                "(more slowly) until the next `docsearch index` run indexes them"
+            )
         if h["ocr_pages"]:
             typer.echo(f"  {len(h['ocr_pages'])} files have pages read by OCR (see --json)")
         for path, reason in h["failed_files"].items():

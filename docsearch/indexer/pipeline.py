@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from docsearch import paths
 from docsearch.defaults import DEFAULT_TOKEN_BUDGET, GROUP_CHUNKS
 from docsearch.encoders.base import Encoder
 from docsearch.encoders.batching import token_batches
@@ -91,6 +92,7 @@ class FileOutcome:
     doc: Document | None = None
     keep_old: bool = False  # FAILED: its previously indexed chunks keep serving
     warnings: list[str] = field(default_factory=list)
+    old: FileRecord | None = None  # CHANGED: its record before this run (serving until replaced)
 
     def update(self, rows: list[dict[str, Any]] | None = None) -> FileUpdate:
         """What the write stage commits for this file: its record, and `rows` in place of its
@@ -130,6 +132,10 @@ class IndexReport:
             f"{self.touched} touched, {self.unchanged} unchanged, {self.deleted} deleted, "
             f"{len(self.failed)} failed"
         )
+
+    def uncount(self, outcome: FileOutcome) -> None:
+        """Take back the tally of a file counted as extracted that failed in a later step."""
+        setattr(self, outcome.kind, getattr(self, outcome.kind) - 1)
 
     def count(self, outcome: FileOutcome) -> None:
         """Tally one file: its kind (each kind but FAILED is a counter), failure and warnings."""
@@ -187,7 +193,7 @@ def extract_file(
     Whatever goes wrong while reading or extracting the file (a parser's exception, a limit
     passed, a timeout) fails this file only; the parsers' complaints become its warnings.
     `spool`: a long document comes spooled (`extract.Document`; the caller discards it)."""
-    old, path = item.old, Path(item.path)
+    old, path = item.old, Path(paths.real(item.path))
     record = FileRecord(item.path, "", item.size, item.mtime, "indexed", indexed_at=time.time())
     try:
         record.sha256, data = fingerprint(path, limits)  # refused unread when over a limit
@@ -197,10 +203,20 @@ def extract_file(
         doc = extract_guarded(path, data, item.path, limits, spool)
     except ExtractionError as exc:
         return _failed(record, old, exc)
+    except Exception as exc:  # noqa: BLE001 - whatever breaks on one file fails that file only
+        log.debug("%s: extraction raised", item.path, exc_info=True)
+        return _failed(record, old, ExtractionError(f"could not be read ({describe_error(exc)})"))
     kind = CHANGED if _serving(old) else RENAMED if record.sha256 in deleted_shas else NEW
-    record.reason = "; ".join(doc.warnings)
+    warnings = [paths.one_line(w) for w in doc.warnings]
+    record.reason = "; ".join(warnings)
     record.ocr_pages = ranges(doc.ocr_pages)
-    return FileOutcome(record, kind, doc, warnings=list(doc.warnings))
+    return FileOutcome(record, kind, doc, warnings=warnings, old=old)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An unexpected exception in one line, for a file's failure reason."""
+    text = paths.one_line(str(exc)) or "no message"
+    return f"{type(exc).__name__}: {text}"
 
 
 def fingerprint(path: Path, limits: Limits) -> tuple[str, bytes | None]:
@@ -222,16 +238,25 @@ def fingerprint(path: Path, limits: Limits) -> tuple[str, bytes | None]:
     return digest.hexdigest(), None
 
 
+def failed_step(
+    outcome: FileOutcome, exc: Exception, step: str, wrote: bool = False
+) -> FileOutcome:
+    """An extracted file that failed at a later `step`, with the step and the error as its
+    reason. Nothing of it written (`wrote` False): its previous version keeps serving."""
+    log.debug("%s: %s raised", outcome.record.path, step, exc_info=True)
+    error = ExtractionError(f"failed while {step} ({describe_error(exc)})")
+    old = None if wrote else outcome.old
+    return _failed(replace(outcome.record, n_chunks=0), old, error)  # none of its rows kept
+
+
 def _failed(record: FileRecord, old: FileRecord | None, exc: ExtractionError) -> FileOutcome:
     """A file that could not be read keeps serving its previous chunks if it had any."""
-    warnings = list(exc.warnings)
+    warnings = [paths.one_line(w) for w in exc.warnings]
+    reason = paths.one_line(str(exc))  # a message may quote the raw name: kept on one line
     if old is not None and _serving(old):
-        reason = str(exc).split("; still serving")[0]
-        kept = f"{reason}; still serving the previously indexed version"
+        kept = f"{reason.split('; still serving')[0]}; still serving the previously indexed version"
         return FileOutcome(replace(old, status=FAILED, reason=kept), FAILED, None, True, warnings)
-    return FileOutcome(
-        replace(record, status=FAILED, reason=str(exc)), FAILED, None, False, warnings
-    )
+    return FileOutcome(replace(record, status=FAILED, reason=reason), FAILED, None, False, warnings)
 
 
 def _serving(old: FileRecord | None) -> bool:
@@ -248,11 +273,13 @@ def text_sha(text: str) -> str:
 
 
 def chunk_id(path: str, ordinal: int, sha: str) -> str:
-    return hashlib.sha1(f"{path}\0{ordinal}\0{sha}".encode()).hexdigest()[:24]
+    key = f"{path}\0{ordinal}\0{sha}".encode("utf-8", "surrogatepass")
+    return hashlib.sha1(key).hexdigest()[:24]
 
 
 def doc_id(path: str) -> str:
-    return hashlib.sha1(path.encode()).hexdigest()[:16]
+    """A document's id from its stored path (any string: a lone surrogate is hashed as is)."""
+    return hashlib.sha1(path.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def chunk_file(outcome: FileOutcome, chunker: Chunker, report: IndexReport) -> list[dict[str, Any]]:
@@ -437,6 +464,9 @@ class Indexer:
                 if len(rows) > self.job.group_chunks:
                     self._stream(outcome, rows, made)
                     return
+        except Exception as exc:  # noqa: BLE001 - one file's fault fails that file only
+            self._fail(outcome, exc, "chunking")
+            return
         finally:
             outcome.doc.discard()  # a spooled document's file: read to the end, or given up
         self._pending.append((outcome, rows))
@@ -452,13 +482,20 @@ class Indexer:
         self.flush()
         streamed = StreamedFile(self.job, self.checkpoint)
         group: list[dict[str, Any]] = []
-        for row in itertools.chain(first, rest):
-            if len(group) >= self.job.group_chunks:
-                streamed.write(group)
-                group = []
-            group.append(row)
-        streamed.write(group)
-        streamed.commit(outcome)
+        try:
+            for row in itertools.chain(first, rest):
+                if len(group) >= self.job.group_chunks:
+                    streamed.write(group)
+                    group = []
+                group.append(row)
+            streamed.write(group)
+        except Exception as exc:  # noqa: BLE001 - its fragments are never committed: no trace
+            self._fail(outcome, exc, "chunking and embedding")
+            return
+        try:
+            streamed.commit(outcome)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(outcome, exc, "writing", wrote=True)
         self._last_commit = time.monotonic()
 
     def _group_due(self) -> bool:
@@ -474,20 +511,57 @@ class Indexer:
             self._touched = []
         if not self._pending:
             return
-        rows = [row for _, file_rows in self._pending for row in file_rows]
+        group, self._pending = self._pending, []
+        try:
+            self._write_group(group)
+        except Exception:  # noqa: BLE001 - find the file at fault: each alone, the rest go on
+            log.debug(
+                "a group of %d files failed; writing them one by one", len(group), exc_info=True
+            )
+            for one in group:
+                self._write_alone(*one)
+        self._last_commit = time.monotonic()
+        for outcome, _ in group:
+            self.job.progress.file_done(outcome.record.path)
+
+    def _write_group(self, group: list[tuple[FileOutcome, list[dict[str, Any]]]]) -> None:
+        """Embed the group's new texts and commit its files in one step."""
+        rows = [row for _, file_rows in group for row in file_rows]
         job = self.job
         if job.encoder is not None:
             budget, progress = job.token_budget, job.progress
             embed_rows(rows, job.encoder, job.store, job.report, budget, progress, self.checkpoint)
-        self.store.commit([outcome.update(file_rows) for outcome, file_rows in self._pending])
+        self.store.commit([outcome.update(file_rows) for outcome, file_rows in group])
         release_free_memory()  # the group's rows, batches and write buffers are free now
         self.report.chunks_written += len(rows)
-        self._last_commit = time.monotonic()
         if self.checkpoint and self.checkpoint.used:  # committed vectors need no checkpoint
             self.store.clear_pending_vectors(r["text_sha"] for r in rows)
-        for outcome, _ in self._pending:
-            job.progress.file_done(outcome.record.path)
-        self._pending = []
+
+    def _write_alone(self, outcome: FileOutcome, rows: list[dict[str, Any]]) -> None:
+        """One file of a group that failed, embedded and committed alone; failed if it fails."""
+        job = self.job
+        try:
+            if job.encoder is not None:
+                budget = job.token_budget
+                embed_rows(rows, job.encoder, job.store, job.report, budget, None, self.checkpoint)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(outcome, exc, "embedding")
+            return
+        try:
+            self.store.commit([outcome.update(rows)])
+            self.report.chunks_written += len(rows)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(outcome, exc, "writing", wrote=True)
+
+    def _fail(self, outcome: FileOutcome, exc: Exception, step: str, wrote: bool = False) -> None:
+        """Record a file that failed after its extraction. Nothing of it written (`wrote`
+        False): its previous version, if any, keeps serving. A write that failed midway may
+        have replaced some of its rows: they are dropped with it (the next run retries it).
+        A store that cannot even record the failure stops the run."""
+        failed = failed_step(outcome, exc, step, wrote)
+        self.report.uncount(outcome)
+        self.report.count(failed)
+        self.store.commit([failed.update()])
 
 
 class StreamedFile:

@@ -21,13 +21,15 @@ from pathlib import Path
 
 from docsearch.indexer.extract import supported
 from docsearch.indexer.store import FileRecord
+from docsearch.paths import stored
 
 DEFAULT_EXCLUDES = (".*", "*/.*", "__pycache__", "*/__pycache__", "node_modules", "*/node_modules")
 
 
 @dataclass(frozen=True)
 class WorkItem:
-    """A file to read: its absolute path, the size and mtime the plan saw, its last record."""
+    """A file to read: its absolute path as the index stores it (`paths.stored`; `paths.real`
+    gives the name to open), the size and mtime the plan saw, its last record."""
 
     path: str
     size: int
@@ -59,7 +61,7 @@ def plan(
             st = path.stat()
         except OSError:  # vanished since the walk: treated as deleted
             continue
-        key = str(path.absolute())
+        key = stored(str(path.absolute()))
         seen.add(key)
         old = records.get(key)
         item = WorkItem(key, st.st_size, st.st_mtime, old)
@@ -69,7 +71,7 @@ def plan(
             unchanged += 1
         else:
             touched.append(item)
-    prefix = str(root.absolute())
+    prefix = stored(str(root.absolute()))  # escaping keeps a folder a prefix of its files
     under_root = [p for p in records if p == prefix or p.startswith(prefix.rstrip(os.sep) + os.sep)]
     deleted = [p for p in under_root if p not in seen]
     gone_bytes = frozenset(records[p].sha256 for p in deleted)
@@ -106,14 +108,15 @@ def walk(
     if not root.is_dir():
         why = _not_indexable(root, root.resolve().parent)
         if why:
-            skips.append((str(root.absolute()), why))
+            skips.append((stored(str(root.absolute())), why))
         return [root] if supported(root) and not why else []
     excludes = [*DEFAULT_EXCLUDES, *exclude]
     real_root = root.resolve()
 
     def unlistable(exc: OSError) -> None:
         why = "permission denied" if isinstance(exc, PermissionError) else exc.strerror or exc
-        skips.append((str(Path(exc.filename or root).absolute()), f"folder not readable ({why})"))
+        where = stored(str(Path(exc.filename or root).absolute()))
+        skips.append((where, f"folder not readable ({why})"))
 
     found = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=unlistable):
@@ -121,9 +124,8 @@ def walk(
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
         dirnames[:] = sorted(d for d in dirnames if not _matches(rel_dir + d, excludes))
         for name in [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            skips.append(
-                (str((Path(dirpath) / name).absolute()), "symlink to a folder (not followed)")
-            )
+            where = stored(str((Path(dirpath) / name).absolute()))
+            skips.append((where, "symlink to a folder (not followed)"))
         for name in sorted(filenames):
             rel = rel_dir + name
             if _matches(rel, excludes) or (include and not _matches(rel, include)):
@@ -133,7 +135,7 @@ def walk(
                 continue
             why = _not_indexable(path, real_root)
             if why:
-                skips.append((str(path.absolute()), why))
+                skips.append((stored(str(path.absolute())), why))
             else:
                 found.append(path)
     return found
@@ -166,7 +168,7 @@ def _not_indexable(path: Path, real_root: Path) -> str:
             if exc.errno == errno.ELOOP:
                 return "symlink loop"
             if exc.errno == errno.ENOENT:
-                return f"broken symlink (its target {os.readlink(path)} does not exist)"
+                return f"broken symlink (its target {stored(os.readlink(path))} does not exist)"
             return f"symlink that cannot be followed ({exc.strerror or exc})"
         if not path.resolve().is_relative_to(real_root):
             return "symlink to a file outside the folder"

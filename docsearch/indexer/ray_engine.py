@@ -47,6 +47,7 @@ from docsearch.indexer.pipeline import (
     chunk_file,
     embed_rows,
     extract_file,
+    failed_step,
 )
 from docsearch.indexer.plan import Plan
 from docsearch.indexer.store import VECTOR_INDEX_MIN_ROWS, IndexBuild, Store
@@ -161,7 +162,28 @@ class EmbedWorker:
         }
 
     def process(self, outcomes: Iterable[FileOutcome]) -> BatchResult:
-        part, batch = IndexReport(), list(outcomes)
+        """Chunk, embed and write a batch; if that fails, each file alone, so that a fault in
+        one file fails that file only (its fragments are never committed)."""
+        batch = list(outcomes)
+        try:
+            return self._process(batch)
+        except Exception:  # noqa: BLE001 - find the file at fault
+            log.debug("a batch of %d files failed; one by one", len(batch), exc_info=True)
+        whole = BatchResult([], IndexReport(), [], f"{_node_id()}:{os.getpid()}")
+        for outcome in batch:
+            try:
+                one = self._process([outcome])
+            except Exception as exc:  # noqa: BLE001
+                one = BatchResult(
+                    [failed_step(outcome, exc, "chunking and embedding")], IndexReport()
+                )
+            whole.outcomes += one.outcomes
+            whole.report.merge(one.report)
+            whole.fragments += one.fragments
+        return whole
+
+    def _process(self, batch: list[FileOutcome]) -> BatchResult:
+        part = IndexReport()
         rows = [r for o in batch if o.doc is not None for r in chunk_file(o, self.chunker, part)]
         if self.encoder is not None:
             embed_rows(rows, self.encoder, self.store, part, self.token_budget)

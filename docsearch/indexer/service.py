@@ -38,7 +38,7 @@ from docsearch.indexer.pipeline import (
     ProgressSink,
     write_locally,
 )
-from docsearch.indexer.plan import plan, sha256_bytes
+from docsearch.indexer.plan import Plan, plan, sha256_bytes
 from docsearch.indexer.store import FileRecord, Store, collection_name_for, writer_lock
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def index(
     ) as job:
         started = time.perf_counter()
         job.store.ensure_search_indexes()  # a first build is searchable before its first commit
-        work = plan(root, job.store.file_records(), include, exclude)
+        work = planned(job.store, root, include, exclude)
         report = job.report
         report.unchanged = work.unchanged
         report.warnings.extend((skipped, f"skipped: {why}") for skipped, why in work.skipped)
@@ -110,6 +110,21 @@ def index(
         report.deleted = len(work.deleted) - report.renamed
         report.seconds = time.perf_counter() - started
     return report
+
+
+def planned(store: Store, root: Path, include: Sequence[str], exclude: Sequence[str]) -> Plan:
+    """The run's plan, with the repair of what an interrupted run left half written (its paths
+    are pending in the store, hidden from search, or, from an earlier docsearch, have documents
+    without records): each such file still there is done again as if new, and the rows and
+    record of each one that is not are deleted."""
+    records = store.file_records()
+    pending = set(store.pending_paths()) | set(store.unrecorded_paths())
+    work = plan(root, {p: r for p, r in records.items() if p not in pending}, include, exclude)
+    if pending:
+        redone = {item.path for item in work.items}
+        work.deleted.extend(sorted(pending - redone))
+        log.info("repairing %d files an interrupted run left half written", len(pending))
+    return work
 
 
 @contextmanager

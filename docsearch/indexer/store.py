@@ -10,7 +10,11 @@ in `docs` (one per file, derived from its chunks: whole text, mean vector), then
 records them. A file too large to hold in memory is written as uncommitted fragments a group of
 chunks at a time, with its document row last, and committed alone (`write_fragments`). A docs
 row holds at most DOC_TEXT_CHARS characters of its document's text (see `whole_text`). Lexical search is LanceDB's native BM25 full-text index (built before the first
-rows are committed); vector search is cosine. While a run embeds, `<name>__pending_vectors`
+rows are committed); vector search is cosine. A commit lists the paths whose rows it replaces as
+pending in the chunks and docs tables' config before the rows change and clears them once their
+file records are written: searches leave pending paths out (read from the version they search;
+no filter when none is pending), so a killed run's half-written files are never found, and the
+next run redoes them (`pending_paths`). While a run embeds, `<name>__pending_vectors`
 checkpoints vectors not yet committed (dropped at the end of the run). A collection whose
 creation was killed is listed as incomplete and repaired by the next writer; one writer per
 collection holds a lock on local databases (object stores: single writer by rule).
@@ -44,6 +48,7 @@ from docsearch.indexer.exact import ExactVectors
 from docsearch.indexer.filters import ChunkFilter, bad_where, lance_problem
 from docsearch.indexer.filters import sql_in as sql_in  # re-exported
 from docsearch.indexer.filters import sql_str as sql_str
+from docsearch.indexer.pending import PENDING_PATHS_KEY, hiding, pending_paths
 
 log = logging.getLogger(__name__)
 
@@ -964,7 +969,7 @@ class Store:
         self, where: str | ChunkFilter, columns: Sequence[str] | None = None
     ) -> list[dict[str, Any]]:
         """Chunk rows matching `where` (as for `count_chunks`), with `columns` or all of them."""
-        scan = {"columns": list(columns or []) or None}
+        scan: dict[str, Any] = {"columns": list(columns or []) or None}
         return self._scan(where, **scan)
 
     def rows_and_vectors(
@@ -1079,6 +1084,9 @@ class Store:
         rows = [r for u in updates if u.rows is not None for r in u.rows]
         if rows or fragments:
             self.ensure_search_indexes()  # before the rows land: none is ever unsearchable
+            self._set_pending(
+                add=replaced if fragments else [u.record.path for u in updates if u.rows]
+            )
         if fragments:
             assert not rows, "new chunks come as rows or as fragments, not both"
             for kind in ("chunks", "docs"):
@@ -1087,6 +1095,39 @@ class Store:
             _replace(self.chunks, "id", rows, gone)
             _replace(self.docs, "path", document_rows(rows), gone)
         _replace(self.files_table, "path", [asdict(u.record) for u in updates], deleted)
+        self._set_pending(remove=gone)
+
+    def _set_pending(self, add: Sequence[str] = (), remove: Sequence[str] = ()) -> None:
+        """Add paths to, or remove them from, the chunks and docs tables' pending paths, each in
+        one small commit (no data is written). A path is added before any of its rows change
+        and removed once its file record is committed: a search reads a table's rows and its
+        pending paths from the same version, so it never sees a file that is half written, and
+        a run killed in between leaves its files hidden until the next run redoes them."""
+        for kind in ("chunks", "docs"):
+            dataset = self._read(kind)
+            before = pending_paths(dataset)
+            after = (before | set(add)) - set(remove)
+            if after == before:
+                continue
+            value = json.dumps(sorted(after)) if after else None
+            dataset.update_config({PENDING_PATHS_KEY: value})
+            getattr(self, kind).checkout_latest()  # the change was committed through another handle
+
+    def pending_paths(self) -> list[str]:
+        """Paths whose rows an interrupted run left half written: hidden from search, and redone
+        (or dropped, if the file is gone) by the next run."""
+        chunks, docs = (pending_paths(self._read(kind)) for kind in ("chunks", "docs"))
+        return sorted(chunks | docs)
+
+    def unrecorded_paths(self) -> list[str]:
+        """Paths with a document row but no file record: what a run killed between those two
+        commits left before paths were marked pending (an earlier docsearch). Searchable, and
+        redone (or dropped) by the next run as pending ones are."""
+        if not self.has_documents:
+            return []
+        documents = self._read("docs").to_table(columns=["path"]).column("path").to_pylist()
+        records = self._read("files").to_table(columns=["path"]).column("path").to_pylist()
+        return sorted(set(documents) - set(records))
 
     def write_fragments(
         self, rows: list[dict[str, Any]], documents: list[dict[str, Any]] | None = None
@@ -1265,7 +1306,8 @@ class Store:
             "columns": [*_result_columns(text), "_distance"],
         }
         # Lance reports the cosine distance; candidates score by similarity (higher is better).
-        return [candidate(r, 1.0 - r.pop("_distance")) for r in self._scan(where, **scan)]
+        nearest = self._scan(where, hide_pending=True, **scan)
+        return [candidate(r, 1.0 - r.pop("_distance")) for r in nearest]
 
     def search_documents_text(
         self, query: str, k: int, where: ChunkFilter | None
@@ -1306,7 +1348,9 @@ class Store:
             return seen[1]
         held = None
         indexed = any(found["name"] == "vector_idx" for found in dataset.list_indices())
-        if not indexed and dataset.count_rows() <= VECTOR_INDEX_MIN_ROWS:
+        # A version with rows pending is searched in Lance, where they are filtered out.
+        small = not indexed and dataset.count_rows() <= VECTOR_INDEX_MIN_ROWS
+        if small and not pending_paths(dataset):
             names = [c for c in columns if c in dataset.schema.names]
             held = ExactVectors.of(dataset.to_table(columns=[*names, "vector"]))
         self._exact[kind] = (dataset.version, held)
@@ -1322,11 +1366,10 @@ class Store:
         if (where is not None and where.has_where) or not self.has_documents:
             return []
         columns = [*DOC_COLUMNS, score]
-        sql = where.sql() if where is not None else None
+        dataset = self._read("docs")
+        sql = hiding(where.sql() if where is not None else None, pending_paths(dataset))
         return list(
-            self._read("docs")
-            .to_table(filter=sql, prefilter=True, columns=columns, **scan)
-            .to_pylist()
+            dataset.to_table(filter=sql, prefilter=True, columns=columns, **scan).to_pylist()
         )
 
     @staticmethod
@@ -1392,7 +1435,7 @@ class Store:
         columns = [*_result_columns(text), "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
         try:
-            rows = self._scan(where, **scan)
+            rows = self._scan(where, hide_pending=True, **scan)
         except ValueError:
             # Read on a version from before the full-text index (checked on the error path only)
             indexed, empty = self._text_index_state()
@@ -1400,7 +1443,7 @@ class Store:
                 return []
             if not indexed:
                 raise
-            rows = self._scan(where, **scan)  # the index landed since that read: read again
+            rows = self._scan(where, hide_pending=True, **scan)  # the index landed since: again
         return [candidate(r, r.pop("_score")) for r in rows]
 
     def _text_index_state(self) -> tuple[bool, bool]:
@@ -1413,19 +1456,25 @@ class Store:
         indexed = any(found["type"] == "Inverted" for found in dataset.list_indices())
         return indexed, dataset.count_rows() == 0
 
-    def _scan(self, where: str | ChunkFilter | None, **scan: Any) -> list[dict[str, Any]]:
+    def _scan(
+        self, where: str | ChunkFilter | None, *, hide_pending: bool = False, **scan: Any
+    ) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
-        return list(self._scan_table(where, **scan).to_pylist())
+        return list(self._scan_table(where, hide_pending=hide_pending, **scan).to_pylist())
 
-    def _scan_table(self, where: str | ChunkFilter | None, **scan: Any) -> Any:
-        """One read of the chunks table, filtered by `where`, as an Arrow table."""
+    def _scan_table(
+        self, where: str | ChunkFilter | None, *, hide_pending: bool = False, **scan: Any
+    ) -> Any:
+        """One read of the chunks table, filtered by `where`, as an Arrow table. `hide_pending`
+        (searches): without the rows of files not committed in every table yet."""
         with self._filter_errors(where):
             dataset = self._read("chunks")
             if scan.get("columns"):  # a collection from before OCR, not written since, lacks it
                 scan["columns"] = [
                     c for c in scan["columns"] if c in dataset.schema.names or c[0] == "_"
                 ]
-            return dataset.to_table(filter=_sql(where), **scan)
+            sql = hiding(_sql(where), pending_paths(dataset)) if hide_pending else _sql(where)
+            return dataset.to_table(filter=sql, **scan)
 
     @contextmanager
     def _filter_errors(self, where: str | ChunkFilter | None) -> Iterator[None]:

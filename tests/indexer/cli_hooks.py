@@ -3,6 +3,8 @@
 Tests start it in a subprocess to reproduce what a real kill leaves on disk. Hooks (env vars):
 - DOCSEARCH_TEST_KILL_AFTER_CREATE=SUFFIX: SIGKILL right after creating a table named `*SUFFIX`;
 - DOCSEARCH_TEST_KILL_AFTER_DROP=SUFFIX: SIGKILL right after dropping a table named `*SUFFIX`;
+- DOCSEARCH_TEST_KILL_BEFORE_MERGE=SUFFIX: SIGKILL as the first merge into a table named
+  `*SUFFIX` starts (`__files`: a group's chunks and documents committed, its file records not);
 - DOCSEARCH_TEST_CHECKPOINT_SECONDS=S: checkpoint embedded vectors every S seconds;
 - DOCSEARCH_TEST_EMBED_LOG=FILE: append the text hash of every chunk the fake encoder finished
   embedding (one line each, written before the next batch starts, so it survives a SIGKILL).
@@ -39,6 +41,21 @@ def _install_table_hooks() -> None:
         LanceDBConnection.create_table = _kill_after(LanceDBConnection.create_table, suffix)  # type: ignore[method-assign]
     if suffix := os.environ.get("DOCSEARCH_TEST_KILL_AFTER_DROP"):
         LanceDBConnection.drop_table = _kill_after(LanceDBConnection.drop_table, suffix)  # type: ignore[method-assign]
+    if suffix := os.environ.get("DOCSEARCH_TEST_KILL_BEFORE_MERGE"):
+        _kill_before_merge(suffix)
+
+
+def _kill_before_merge(suffix: str) -> None:
+    from lancedb.table import LanceTable
+
+    merge = LanceTable.merge_insert
+
+    def killing(table: LanceTable, *args: Any, **kwargs: Any) -> Any:
+        if table.name.endswith(suffix):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return merge(table, *args, **kwargs)
+
+    LanceTable.merge_insert = killing  # type: ignore[method-assign]
 
 
 def _install_embedding_hooks() -> None:

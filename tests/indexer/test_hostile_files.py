@@ -403,3 +403,67 @@ def test_the_100k_nested_list_from_the_probe_finishes_within_the_default_budget(
     report = index(root, str(tmp_path / "db"))
     assert not report.failed
     assert indexed_names(str(tmp_path / "db")) == good | {"nested.html"}
+
+
+# ---------------------------------------------------------------------------------------------
+# D. The whole hostile folder at once, as a new user would meet it
+
+
+BILLION_LAUGHS = (
+    b'<?xml version="1.0"?><!DOCTYPE w:document ['
+    b'<!ENTITY a "lol lol lol lol lol lol lol lol lol lol">'
+    + b"".join(
+        f'<!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">'.encode() for i in range(9)
+    )
+    + b']><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+    b"<w:body><w:p><w:r><w:t>&j;</w:t></w:r></w:p></w:body></w:document>"
+)
+
+
+def hostile_folder(root: Path) -> tuple[set[str], set[str]]:
+    """Good files (some with odd names) among corrupt, truncated, bomb and unreadable ones, as
+    the names the index shows: (good, bad)."""
+    from docsearch.paths import stored
+
+    good = good_files(root)
+    make_pdf(root / "g-good.pdf", ["The lessor repairs the roof.", "Rent is paid monthly."])
+    (root / "deep.html").write_text(nested_list_html(5_000))
+    for name in (b"odd-caf\xe9.txt", b"odd\nline.txt", b"odd\x1b.txt"):
+        with open(os.path.join(os.fsencode(root), name), "wb") as handle:
+            handle.write(b"A memo about the escrow account.\n")
+        good.add(stored(os.fsdecode(name)))
+    good |= {"deep.html", "g-good.pdf"}
+    pdf = (root / "g-good.pdf").read_bytes()
+    (root / "truncated.pdf").write_bytes(pdf[: len(pdf) // 3])
+    (root / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj <</Type /Catalog>> garbage\x00\xff" * 3)
+    docx = (root / "m-good.docx").read_bytes()
+    (root / "truncated.docx").write_bytes(docx[: len(docx) // 2])
+    (root / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 50)
+    zeros = {"word/media/x.bin": b"\0" * 60_000_000}  # deflates to about 60 KB
+    rewrite_docx(root / "m-good.docx", root / "zip-bomb.docx", zeros)
+    rewrite_docx(root / "m-good.docx", root / "laughs.docx", {"word/document.xml": BILLION_LAUGHS})
+    os.mkfifo(root / "fifo.txt")
+    (root / "loop.md").symlink_to(root / "loop.md")
+    bad = {"truncated.pdf", "corrupt.pdf", "truncated.docx", "corrupt.png", "zip-bomb.docx"}
+    return good, bad | {"laughs.docx", "fifo.txt", "loop.md"}
+
+
+@pytest.mark.timeout(240)
+def test_the_hostile_folder_indexes_every_good_file_and_names_every_bad_one(
+    tmp_path: Path,
+) -> None:
+    root, db = tmp_path / "docs", str(tmp_path / "db")
+    good, bad = hostile_folder(root)
+    args = ("index", str(root), "--collection", "c", "--encoder", "hashing", "--db", db)
+    result = run_cli(*args, env={"DOCSEARCH_MAX_FILE_MB": "50"}, timeout=220)
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    assert indexed_names(db) == good
+    named = {
+        line.split(": ", 2)[1].rsplit("/", 1)[-1]
+        for line in result.stderr.splitlines()
+        if line.startswith(("failed: ", "warning: "))
+    }
+    assert bad <= named, result.stderr
+    assert not good & named, result.stderr
+    assert all(line.isprintable() for line in result.stderr.splitlines())

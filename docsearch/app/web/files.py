@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from docsearch import paths
 from docsearch.errors import UsageError
 from docsearch.indexer.plan import DEFAULT_EXCLUDES, sha256_bytes
 from docsearch.indexer.store import FileRecord, Store
@@ -93,7 +94,7 @@ class DocumentGuard:
     def open(self, requested: object) -> Verified:
         """The bytes of an indexed document, checked; FileRefusedError otherwise."""
         record = self.record(requested)
-        real = self._real_location(Path(record.path))
+        real = self._real_location(Path(paths.real(record.path)))  # stored names are escaped
         try:
             with open(real, "rb") as handle:
                 data = handle.read(MAX_DOCUMENT_BYTES + 1)
@@ -170,7 +171,7 @@ def unsupported_files(folder: Path, limit: int = 200) -> list[str]:
         for name in sorted(filenames):
             path = Path(dirpath) / name
             if not _hidden(name) and not supported(path) and name not in DEFAULT_EXCLUDES:
-                skipped.append(str(path))
+                skipped.append(paths.stored(str(path)))
                 if len(skipped) >= limit:
                     return skipped
     return skipped
