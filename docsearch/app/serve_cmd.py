@@ -46,7 +46,9 @@ def serve_command(
     ui: Annotated[bool, typer.Option(help="Serve the search UI on the same port.")] = True,
     no_keys: Annotated[
         bool,
-        typer.Option("--no-keys", help="Serve without keys, even if some were made (loopback only)."),
+        typer.Option(
+            "--no-keys", help="Serve without keys, even if some were made (loopback only)."
+        ),
     ] = False,
     db: DbOption = None,
 ) -> None:
