@@ -34,7 +34,6 @@ from starlette.exceptions import HTTPException
 from docsearch import __version__
 from docsearch.app import api_models as models
 from docsearch.app.api_auth import Access, ApiError, KeyPolicy, Who, gate
-from docsearch.app.api_body import buffered_body
 from docsearch.app.api_models import (
     KEYED,
     DocId,
@@ -537,24 +536,25 @@ class Front:
             except ApiError as exc:
                 await _error(exc.status, str(exc))(scope, receive, send)
                 return
-        if declared is None:  # chunked, or no body: read it now, so that too much is a 413
-            replay = await buffered_body(receive, limit)
-            if replay is None:
-                await _error(413, f"request body over {limit:,} bytes")(scope, receive, send)
-                return
-            receive = replay
-        seen, started = 0, False
+        seen, started, too_large = 0, False, False
+        refusal = _error(413, f"request body over {limit:,} bytes")
 
         async def counted() -> Any:
-            nonlocal seen
+            nonlocal seen, too_large
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > limit:
+                too_large = True
                 raise _TooLarge
             return message
 
         async def watched(message: Any) -> None:
             nonlocal started
+            if too_large:  # the app answers a body it could not finish reading (chunked): a 413
+                if not started and message["type"] == "http.response.start":
+                    started = True
+                    await refusal(scope, receive, send)
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
@@ -562,7 +562,7 @@ class Front:
             await target(scope, counted, watched)
         except _TooLarge:
             if not started:
-                await _error(413, f"request body over {limit:,} bytes")(scope, receive, send)
+                await refusal(scope, receive, send)
 
 
 def build_app(state: ServerState, ui: ASGIApp | None = None) -> Front:

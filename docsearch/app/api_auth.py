@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from docsearch.app.keys import KeyStore
 
 # Routes anyone may call: health, the schema and its page.
-PUBLIC_PATHS = frozenset({"/api/v1/health", "/openapi.json", "/docs"})
+PUBLIC_PATHS = frozenset({"/api/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 
 
 class ApiError(Exception):
