@@ -1,14 +1,15 @@
 """The REST API of `docsearch serve` (FastAPI): search, documents, collections, index jobs, health.
 
-Routes live under `/api/v1`; the schema is `/openapi.json`, its page `/docs`. Everything but
-health needs `Authorization: Bearer KEY` once keys are in force (any key exists, or the server
-binds beyond loopback); a key reads only its collections, and starts index jobs only if made
-with `--index`. Search answers with `Retriever.search` and `Hit.as_dict()`; similar (more like this) with
+Routes live under `/api/v1`; the schema is `/openapi.json`, its page `/docs`, both built from
+`api_models.py` (answer models, path patterns, each route's errors). Everything but health needs
+`Authorization: Bearer KEY` once keys are in force (`api_auth.py`: checked in front of the app,
+before the body is read); a key reads only its collections, and starts index jobs only if made
+with `--index`, for its collection's own folder (`api_folders.py`). Search answers with `Retriever.search` and `Hit.as_dict()`; similar (more like this) with
 `Retriever.similar`, for a document of the collection by doc id or an uploaded file (extracted
 in the extraction child, up to MAX_UPLOAD_BYTES); documents are read through the UI's
 `DocumentGuard`; index jobs run the indexing service in a thread, one per
 collection. Every error is JSON `{"error": "..."}` with a 4xx status (a 500 only for a bug,
-without its traceback); request bodies, k and the query are bounded.
+without its traceback) and names no server path; request bodies, k and the query are bounded.
 `build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path.
 Not here: keys (`keys.py`), the command (`serve_cmd.py`), indexing (`docsearch.indexer.service`).
 """
@@ -240,8 +241,9 @@ def state_of(request: Request) -> ServerState:
 # Requests
 
 
-def _job_view(job: IndexJob) -> dict[str, Any]:
-    return asdict(job) | {"url": f"{API}/index-jobs/{job.id}"}
+def _job_view(job: IndexJob, state: ServerState) -> dict[str, Any]:
+    error = without_server_paths(job.error, state) if job.error else job.error
+    return asdict(job) | {"url": f"{API}/index-jobs/{job.id}", "error": error}
 
 
 def _document_rows(state: ServerState, name: str, doc_id: str) -> list[dict[str, Any]]:
@@ -434,16 +436,17 @@ def add_routes(app: FastAPI) -> None:
         who.require(validate_name(name), index=True)
         state = state_of(request)
         folder = state.index_folder(name, (body or IndexRequest()).folder, who)
-        return _job_view(state.jobs.start(name, folder, state.settings))
+        return _job_view(state.jobs.start(name, folder, state.settings), state)
 
     @app.get(
         f"{API}/index-jobs/{{job_id}}", response_model=models.IndexJob, responses=errors(*KEYED)
     )
     def job(job_id: JobId, request: Request, who: Who) -> dict[str, Any]:
-        found = state_of(request).jobs.get(job_id)
+        state = state_of(request)
+        found = state.jobs.get(job_id)
         if found is None or not who.reads(found.collection):
             raise ApiError(404, f"no index job {job_id!r}")
-        return _job_view(found)
+        return _job_view(found, state)
 
 
 def without_server_paths(message: str, state: ServerState) -> str:
@@ -511,7 +514,8 @@ def body_limit(path: str) -> int:
 
 class Front:
     """In front of everything: bodies over MAX_BODY_BYTES are refused (413, whether declared or
-    streamed); API paths go to the API, the rest (and the lifespan) to the UI, if mounted."""
+    streamed); API paths go to the API, the rest (and the lifespan) to the UI, if mounted. A
+    request for a keyed API route is refused 401 here without a valid key (`api_auth.gate`)."""
 
     def __init__(self, api: FastAPI, ui: ASGIApp | None) -> None:
         self.api, self.ui = api, ui
