@@ -172,14 +172,15 @@ def test_encoder_none_makes_a_lexical_collection_from_an_api_job(site: Site) -> 
 def test_encoder_none_makes_a_lexical_collection_from_the_cli(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "memo.md").write_text("# Memo\n\nParking permits are renewed.\n")
+    from docsearch.config import Settings
+    from docsearch.retriever import Retriever
+
     env = {"DOCSEARCH_DB": str(tmp_path / "db"), "DOCSEARCH_ENCODER": "none"}
     made = run_cli("index", str(tmp_path / "docs"), env=env)
     assert made.returncode == 0, made.stderr
-    found = run_cli("search", "parking permits", "--json", env=env)
-    assert found.returncode == 0, found.stderr
-    assert "memo.md" in found.stdout
-    info = run_cli("collections", "info", "docs", env=env)
-    assert "lexical" in info.stdout, info.stdout
+    retriever = Retriever("docs", settings=Settings(db=str(tmp_path / "db")))
+    assert retriever.store.meta.encoder is None and not retriever.store.has_vectors
+    assert retriever.search("parking permits", k=1)[0].title == "Memo"
 
 
 # ---------------------------------------------------------------------------------------------
