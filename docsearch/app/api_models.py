@@ -31,8 +31,6 @@ PageNumber = Annotated[int, PathParam(ge=1, le=MAX_PAGE, description="1-based")]
 Mode = Literal["hybrid", "vector", "lexical"]  # docsearch.defaults.MODES
 FormMode = Literal["", "hybrid", "vector", "lexical"]  # a form field cannot say null: ''
 Granularity = Literal["document", "passage"]  # docsearch.retriever.GRANULARITIES
-# A query must hold a word: one of only spaces and control characters is empty once cleaned.
-QUERY_PATTERN = r"\w"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -42,7 +40,9 @@ QUERY_PATTERN = r"\w"
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=QUERY_PATTERN)
+    # No pattern: what is left of a query once control characters and lone surrogates are
+    # cleaned out differs between regex dialects; one with nothing left is a 400.
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     k: int = Field(10, ge=1, le=MAX_K)
     mode: Mode | None = Field(None, description="default: hybrid")
     where: str | None = Field(None, description="SQL over chunk columns: page_start >= 3")
