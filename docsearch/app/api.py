@@ -1,14 +1,15 @@
 """The REST API of `docsearch serve` (FastAPI): search, documents, collections, index jobs, health.
 
-Routes live under `/api/v1`; the schema is `/openapi.json`, its page `/docs`. Everything but
-health needs `Authorization: Bearer KEY` once keys are in force (any key exists, or the server
-binds beyond loopback); a key reads only its collections, and starts index jobs only if made
-with `--index`. Search answers with `Retriever.search` and `Hit.as_dict()`; similar (more like this) with
+Routes live under `/api/v1`; the schema is `/openapi.json`, its page `/docs`, both built from
+`api_models.py` (answer models, path patterns, each route's errors). Everything but health needs
+`Authorization: Bearer KEY` once keys are in force (`api_auth.py`: checked in front of the app,
+before the body is read); a key reads only its collections, and starts index jobs only if made
+with `--index`, for its collection's own folder (`api_folders.py`). Search answers with `Retriever.search` and `Hit.as_dict()`; similar (more like this) with
 `Retriever.similar`, for a document of the collection by doc id or an uploaded file (extracted
 in the extraction child, up to MAX_UPLOAD_BYTES); documents are read through the UI's
 `DocumentGuard`; index jobs run the indexing service in a thread, one per
 collection. Every error is JSON `{"error": "..."}` with a 4xx status (a 500 only for a bug,
-without its traceback); request bodies, k and the query are bounded.
+without its traceback) and names no server path; request bodies, k and the query are bounded.
 `build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path.
 Not here: keys (`keys.py`), the command (`serve_cmd.py`), indexing (`docsearch.indexer.service`).
 """
@@ -21,18 +22,31 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from docsearch import __version__
-from docsearch.app.keys import KeyRecord, KeyStore
+from docsearch.app import api_models as models
+from docsearch.app.api_auth import Access, ApiError, KeyPolicy, Who, gate
+from docsearch.app.api_models import (
+    KEYED,
+    DocId,
+    IndexRequest,
+    JobId,
+    Name,
+    PageNumber,
+    SearchRequest,
+    SimilarRequest,
+    errors,
+)
+from docsearch.app.keys import KeyStore
 from docsearch.config import Settings
 from docsearch.errors import (
     CollectionNotFoundError,
@@ -41,7 +55,7 @@ from docsearch.errors import (
     ExtractionError,
     UsageError,
 )
-from docsearch.retriever import MAX_K, MAX_QUERY_CHARS, Retriever
+from docsearch.retriever import MAX_K, Retriever
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -63,52 +77,12 @@ _DOC_ID = re.compile(r"^[0-9a-f]{16}$")
 PASSAGE_COLUMNS = ["id", "ordinal", "page_start", "page_end", "char_start", "char_end"]
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def _error(
+    status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    headers = {**(headers or {}), **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
-
-# ---------------------------------------------------------------------------------------------
-# Keys
-
-
-@dataclass(frozen=True)
-class Access:
-    """What the request's key may do; `key` None: keys are not in force (loopback, none made)."""
-
-    key: KeyRecord | None
-
-    def reads(self, collection: str) -> bool:
-        return self.key is None or self.key.reads(collection)
-
-    def require(self, collection: str, index: bool = False) -> None:
-        if not self.reads(collection):
-            raise ApiError(403, f"this key does not give access to collection {collection!r}")
-        if index and self.key is not None and not self.key.index:
-            raise ApiError(403, "this key may search but not index (create one with --index)")
-
-
-def access(request: Request) -> Access:
-    """The FastAPI dependency that checks the Bearer key."""
-    state = state_of(request)
-    if not (state.require_keys or state.keys.records()):
-        return Access(None)
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "this server needs a key: send 'Authorization: Bearer KEY'")
-    record = state.keys.check(token.strip())
-    if record is None:
-        raise ApiError(401, "unknown or revoked key")
-    return Access(record)
-
-
-Who = Annotated[Access, Depends(access)]  # a route's `who: Who` checks the key first
 
 # ---------------------------------------------------------------------------------------------
 # Index jobs
@@ -205,9 +179,13 @@ class ServerState:
     keys: KeyStore
     require_keys: bool = False  # bound beyond loopback: keys even if none exist
     root: Path | None = None  # folders under it may be indexed through the API
+    no_keys: bool = False  # `serve --no-keys`: open, whatever keys exist (loopback only)
     jobs: Jobs = field(default_factory=Jobs)
     _retrievers: dict[str, Retriever] = field(default_factory=dict)
     _opening: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.policy = KeyPolicy(self.keys, self.require_keys, self.no_keys)
 
     def retriever(self, name: str) -> Retriever:
         """The collection's retriever, reopened once the collection was rebuilt or dropped.
@@ -236,21 +214,23 @@ class ServerState:
 
         return DocumentGuard(self.retriever(name).store, [self.root] if self.root else [])
 
-    def index_folder(self, name: str, folder: str | None) -> Path:
-        """The folder a job indexes: the collection's own, or one under `root`."""
-        from docsearch.app.web.files import resolve_folder
+    def index_folder(self, name: str, folder: str | None, who: Access) -> Path:
+        """The folder a job indexes: the collection's own, or one under `root` that the
+        collection's binding and the key allow (`api_folders`)."""
+        from docsearch.app.api_folders import check_job_folder, requested_folder
 
         if folder is None:
             try:
                 source = self.retriever(name).store.meta.source
             except CollectionNotFoundError:
-                raise ApiError(400, f"collection {name!r} is new: say which folder") from None
+                raise ApiError(404, f"no collection {name!r} yet: say which folder") from None
             if not source:
-                raise ApiError(400, f"collection {name!r} records no folder: say which")
-            return Path(source)
-        if self.root is None:
-            raise ApiError(403, "indexing a folder needs the server started with --root FOLDER")
-        return resolve_folder(self.root, folder)
+                raise ApiError(409, f"collection {name!r} records no folder: say which")
+            chosen = Path(source)
+        else:
+            chosen = requested_folder(self.root, folder)
+        check_job_folder(self.settings.db, name, chosen, who)
+        return chosen
 
 
 def state_of(request: Request) -> ServerState:
@@ -261,33 +241,9 @@ def state_of(request: Request) -> ServerState:
 # Requests
 
 
-class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    k: int = Field(10, ge=1, le=MAX_K)
-    mode: str | None = Field(None, description="hybrid, vector or lexical (default: hybrid)")
-    where: str | None = Field(None, description="SQL over chunk columns: page_start >= 3")
-    path: str | None = Field(None, description="glob on the file path: *.pdf")
-    granularity: str = Field("document", description="document or passage")
-
-
-class SimilarRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    doc_id: str = Field(description="a document of the collection, as search hits name it")
-    k: int = Field(10, ge=1, le=MAX_K)
-    mode: str | None = Field(None, description="hybrid, vector or lexical (default: hybrid)")
-
-
-class IndexRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    folder: str | None = Field(None, description="under the server's --root (default: its own)")
-
-
-def _job_view(job: IndexJob) -> dict[str, Any]:
-    return asdict(job) | {"url": f"{API}/index-jobs/{job.id}"}
+def _job_view(job: IndexJob, state: ServerState) -> dict[str, Any]:
+    error = without_server_paths(job.error, state) if job.error else job.error
+    return asdict(job) | {"url": f"{API}/index-jobs/{job.id}", "error": error}
 
 
 def _document_rows(state: ServerState, name: str, doc_id: str) -> list[dict[str, Any]]:
@@ -341,11 +297,11 @@ def _similar_answer(
 
 
 def add_routes(app: FastAPI) -> None:
-    @app.get(f"{API}/health")
+    @app.get(f"{API}/health", response_model=models.Health)
     def health() -> dict[str, Any]:
         return {"status": "ok", "version": __version__}
 
-    @app.get(f"{API}/collections")
+    @app.get(f"{API}/collections", response_model=list[models.Collection], responses=errors(401))
     def collections(request: Request, who: Who) -> list[dict[str, Any]]:
         from docsearch.app.collections_cmd import collection_info
         from docsearch.indexer.store import list_collections
@@ -353,16 +309,22 @@ def add_routes(app: FastAPI) -> None:
         db = state_of(request).settings.db
         return [collection_info(db, n) for n in list_collections(db) if who.reads(n)]
 
-    @app.get(f"{API}/collections/{{name}}")
-    def collection(name: str, request: Request, who: Who) -> dict[str, Any]:
+    @app.get(
+        f"{API}/collections/{{name}}", response_model=models.Collection, responses=errors(*KEYED)
+    )
+    def collection(name: Name, request: Request, who: Who) -> dict[str, Any]:
         from docsearch.app.collections_cmd import collection_info
 
         who.require(name)
         state = state_of(request)
         return collection_info(state.settings.db, state.retriever(name).collection)
 
-    @app.post(f"{API}/collections/{{name}}/search")
-    def search(name: str, body: SearchRequest, request: Request, who: Who) -> dict[str, Any]:
+    @app.post(
+        f"{API}/collections/{{name}}/search",
+        response_model=models.SearchAnswer,
+        responses=errors(400, *KEYED, 413, 503),
+    )
+    def search(name: Name, body: SearchRequest, request: Request, who: Who) -> dict[str, Any]:
         who.require(name)
         retriever = state_of(request).retriever(name)
         started = time.perf_counter()
@@ -374,8 +336,12 @@ def add_routes(app: FastAPI) -> None:
             "hits": [hit.as_dict() for hit in hits],
         }
 
-    @app.post(f"{API}/collections/{{name}}/similar")
-    def similar(name: str, body: SimilarRequest, request: Request, who: Who) -> dict[str, Any]:
+    @app.post(
+        f"{API}/collections/{{name}}/similar",
+        response_model=models.SimilarAnswer,
+        responses=errors(400, *KEYED, 413, 503),
+    )
+    def similar(name: Name, body: SimilarRequest, request: Request, who: Who) -> dict[str, Any]:
         from docsearch.similar import InCollection
 
         who.require(name)
@@ -384,23 +350,31 @@ def add_routes(app: FastAPI) -> None:
         query = {"doc_id": body.doc_id, "path": path}
         return _similar_answer(state, name, InCollection(body.doc_id), query, body.k, body.mode)
 
-    @app.post(f"{API}/collections/{{name}}/similar/file")
+    @app.post(
+        f"{API}/collections/{{name}}/similar/file",
+        response_model=models.SimilarAnswer,
+        responses=errors(400, *KEYED, 413, 503),
+    )
     def similar_file(
-        name: str,
+        name: Name,
         request: Request,
         who: Who,
         file: Annotated[UploadFile, File(description="the query document, any supported format")],
         k: Annotated[int, Form(ge=1, le=MAX_K)] = 10,
-        mode: Annotated[str | None, Form()] = None,
+        mode: Annotated[models.FormMode, Form(description="'': the collection's default")] = "",
     ) -> dict[str, Any]:
         who.require(name)
         state = state_of(request)
         doc = _uploaded(state, file)
         query = {"doc_id": None, "path": doc.path}
-        return _similar_answer(state, name, doc, query, k, mode)
+        return _similar_answer(state, name, doc, query, k, mode or None)
 
-    @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}")
-    def document(name: str, doc_id: str, request: Request, who: Who) -> dict[str, Any]:
+    @app.get(
+        f"{API}/collections/{{name}}/documents/{{doc_id}}",
+        response_model=models.Document,
+        responses=errors(*KEYED),
+    )
+    def document(name: Name, doc_id: DocId, request: Request, who: Who) -> dict[str, Any]:
         who.require(name)
         state = state_of(request)
         rows = _document_rows(state, name, doc_id)
@@ -415,8 +389,14 @@ def add_routes(app: FastAPI) -> None:
             "passages": passages,
         }
 
-    @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}/pages/{{number}}")
-    def page(name: str, doc_id: str, number: int, request: Request, who: Who) -> dict[str, Any]:
+    @app.get(
+        f"{API}/collections/{{name}}/documents/{{doc_id}}/pages/{{number}}",
+        response_model=models.Page,
+        responses=errors(400, *KEYED, 503),
+    )
+    def page(
+        name: Name, doc_id: DocId, number: PageNumber, request: Request, who: Who
+    ) -> dict[str, Any]:
         from docsearch.indexer.extract import extract
 
         who.require(name)
@@ -428,8 +408,12 @@ def add_routes(app: FastAPI) -> None:
             raise ApiError(404, f"no page {number}: the document has {len(doc.pages)}")
         return {"doc_id": doc_id, "number": number, "text": doc.pages[number - 1].text}
 
-    @app.get(f"{API}/collections/{{name}}/documents/{{doc_id}}/file")
-    def original(name: str, doc_id: str, request: Request, who: Who) -> Response:
+    @app.get(
+        f"{API}/collections/{{name}}/documents/{{doc_id}}/file",
+        response_class=Response,
+        responses={200: {"description": "the original file"}, **errors(*KEYED)},
+    )
+    def original(name: Name, doc_id: DocId, request: Request, who: Who) -> Response:
         from docsearch.app.web.files import file_headers
 
         who.require(name)
@@ -438,29 +422,43 @@ def add_routes(app: FastAPI) -> None:
         media, headers = file_headers(verified)
         return Response(verified.data, media_type=media, headers=headers)
 
-    @app.post(f"{API}/collections/{{name}}/index-jobs", status_code=202)
+    @app.post(
+        f"{API}/collections/{{name}}/index-jobs",
+        status_code=202,
+        response_model=models.IndexJob,
+        responses=errors(400, *KEYED, 409, 413, 503),
+    )
     def start_job(
-        name: str, request: Request, who: Who, body: IndexRequest | None = None
+        name: Name, request: Request, who: Who, body: IndexRequest | None = None
     ) -> dict[str, Any]:
         from docsearch.indexer.store import validate_name
 
         who.require(validate_name(name), index=True)
         state = state_of(request)
-        folder = state.index_folder(name, (body or IndexRequest()).folder)
-        return _job_view(state.jobs.start(name, folder, state.settings))
+        folder = state.index_folder(name, (body or IndexRequest()).folder, who)
+        return _job_view(state.jobs.start(name, folder, state.settings), state)
 
-    @app.get(f"{API}/index-jobs/{{job_id}}")
-    def job(job_id: str, request: Request, who: Who) -> dict[str, Any]:
-        found = state_of(request).jobs.get(job_id)
+    @app.get(
+        f"{API}/index-jobs/{{job_id}}", response_model=models.IndexJob, responses=errors(*KEYED)
+    )
+    def job(job_id: JobId, request: Request, who: Who) -> dict[str, Any]:
+        state = state_of(request)
+        found = state.jobs.get(job_id)
         if found is None or not who.reads(found.collection):
             raise ApiError(404, f"no index job {job_id!r}")
-        return _job_view(found)
+        return _job_view(found, state)
 
-    @app.api_route(
-        f"{API}/{{rest:path}}", methods=["GET", "POST", "PUT", "DELETE"], include_in_schema=False
-    )
-    def unknown(rest: str) -> Response:
-        return _error(404, f"no such endpoint: {API}/{rest}")
+
+def without_server_paths(message: str, state: ServerState) -> str:
+    """`message` with the server's database, root and data folders put as words: a caller
+    learns nothing of the server's layout from an error."""
+    from docsearch.config import data_home
+
+    folders = {"the database": state.settings.db, "the data folder": str(data_home())}
+    folders |= {"the root": str(state.root)} if state.root else {}
+    for word, folder in sorted(folders.items(), key=lambda item: -len(item[1])):
+        message = message.replace(folder, f"<{word}>") if folder else message
+    return message
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -468,25 +466,26 @@ def add_error_handlers(app: FastAPI) -> None:
     from docsearch.app.web.files import FileRefusedError
 
     def status_for(exc: DocsearchError) -> int:
-        if isinstance(exc, CollectionNotFoundError):
-            return 404
         if isinstance(exc, FileRefusedError):
             return 403
         return 503 if isinstance(exc, EncoderUnavailableError) else 400
 
-    async def api_error(_: Request, exc: Exception) -> Response:
+    async def api_error(request: Request, exc: Exception) -> Response:
         if isinstance(exc, ApiError):
             return _error(exc.status, str(exc))
+        if isinstance(exc, CollectionNotFoundError):  # its text names the database and more
+            return _error(404, f"no collection {request.path_params.get('name', '')!r}")
         if isinstance(exc, DocsearchError):
-            return _error(status_for(exc), str(exc))
+            return _error(status_for(exc), without_server_paths(str(exc), state_of(request)))
         if isinstance(exc, RequestValidationError):
             details = [{"loc": e["loc"], "msg": e["msg"]} for e in exc.errors()]  # no inputs
             where = ".".join(str(p) for p in details[0]["loc"]) if details else "request"
             return _error(
                 422, f"invalid {where}: {details[0]['msg'] if details else ''}", details=details
             )
-        if isinstance(exc, HTTPException):
-            return _error(exc.status_code, str(exc.detail))
+        if isinstance(exc, HTTPException):  # the router's 404 and 405 (with its Allow header)
+            message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
+            return _error(exc.status_code, message, headers=exc.headers)
         log.error("unexpected error", exc_info=exc)
         return _error(500, "internal error; see the server log")
 
@@ -515,9 +514,10 @@ def body_limit(path: str) -> int:
 
 class Front:
     """In front of everything: bodies over MAX_BODY_BYTES are refused (413, whether declared or
-    streamed); API paths go to the API, the rest (and the lifespan) to the UI, if mounted."""
+    streamed); API paths go to the API, the rest (and the lifespan) to the UI, if mounted. A
+    request for a keyed API route is refused 401 here without a valid key (`api_auth.gate`)."""
 
-    def __init__(self, api: ASGIApp, ui: ASGIApp | None) -> None:
+    def __init__(self, api: FastAPI, ui: ASGIApp | None) -> None:
         self.api, self.ui = api, ui
 
     @staticmethod
@@ -530,22 +530,35 @@ class Front:
             return
         target = self.api if self.is_api(scope["path"]) or self.ui is None else self.ui
         limit = body_limit(scope["path"])
-        declared = dict(scope["headers"]).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > limit:
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _error(413, f"request body over {limit:,} bytes")(scope, receive, send)
             return
-        seen, started = 0, False
+        if target is self.api:
+            try:  # the key first: a request without one never gets its body read
+                gate(self.api, self.api.state.docsearch.policy, scope)
+            except ApiError as exc:
+                await _error(exc.status, str(exc))(scope, receive, send)
+                return
+        seen, started, too_large = 0, False, False
+        refusal = _error(413, f"request body over {limit:,} bytes")
 
         async def counted() -> Any:
-            nonlocal seen
+            nonlocal seen, too_large
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > limit:
+                too_large = True
                 raise _TooLarge
             return message
 
         async def watched(message: Any) -> None:
             nonlocal started
+            if too_large:  # the app answers a body it could not finish reading (chunked): a 413
+                if not started and message["type"] == "http.response.start":
+                    started = True
+                    await refusal(scope, receive, send)
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
@@ -553,7 +566,7 @@ class Front:
             await target(scope, counted, watched)
         except _TooLarge:
             if not started:
-                await _error(413, f"request body over {limit:,} bytes")(scope, receive, send)
+                await refusal(scope, receive, send)
 
 
 def build_app(state: ServerState, ui: ASGIApp | None = None) -> Front:

@@ -5,6 +5,9 @@ SHA-256 (a random key needs no slow hash: there is nothing to guess from), the c
 read (`*`: all) and whether it may start index jobs. A presented key is hashed and compared with
 every stored hash in constant time, so neither the answer nor its timing says how close it came.
 The file is `$DOCSEARCH_KEYS`, else `keys.json` in the data folder, written atomically, mode 0600.
+Revoking the last key leaves the file with no records, and making a key also leaves a marker
+beside it (`.keys.json.issued`): once a key has existed, a server keeps asking for keys even
+with none left or the file deleted (`KeyStore.issued`); only `serve --no-keys` runs open again.
 Not here: HTTP (the server's `auth` dependency), the `keys` commands (`keys_cmd.py`).
 """
 
@@ -62,6 +65,15 @@ class KeyStore:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or keys_file()
 
+    @property
+    def marker(self) -> Path:
+        return self.path.with_name(f".{self.path.name}.issued")
+
+    def issued(self) -> bool:
+        """Whether a key was ever made here: the key file (even with no records left) or the
+        marker that making one leaves beside it."""
+        return self.path.exists() or self.marker.exists()
+
     def records(self) -> list[KeyRecord]:
         try:
             raw = json.loads(self.path.read_text())
@@ -76,6 +88,7 @@ class KeyStore:
         key = PREFIX + secrets.token_urlsafe(32)
         record = KeyRecord(secrets.token_hex(4), _digest(key), collections, index, time.time())
         self._write([*self.records(), record])
+        self.marker.touch(mode=0o600)
         return key, record
 
     def revoke(self, key_id: str) -> None:

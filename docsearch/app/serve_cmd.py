@@ -1,9 +1,11 @@
 """`docsearch serve`: the REST API (`api.py`) and the search UI on one server, optionally
 keeping folders indexed (`--watch`).
 
-Binding beyond loopback needs at least one key (`docsearch keys create`) and then asks every
-request for one, even if all keys are later revoked. The UI has no key login: it is mounted only
-while keys are not in force (loopback, no keys made); otherwise use `docsearch ui` on loopback.
+Binding beyond loopback needs at least one key (`docsearch keys create`). Once a key has been
+made, every request needs one, even after all keys are revoked or the key file is deleted; only
+`--no-keys` (loopback only) serves without keys again. The UI has no key login: it is mounted only
+while keys are not in force (loopback, no key ever made, or `--no-keys`); otherwise use
+`docsearch ui` on loopback.
 Not here: the routes (`api.py`), keys (`keys.py`), watching (`docsearch.indexer.watch`).
 """
 
@@ -42,12 +44,18 @@ def serve_command(
         typer.Option(help="Allow index jobs for folders under this one (default: off)."),
     ] = None,
     ui: Annotated[bool, typer.Option(help="Serve the search UI on the same port.")] = True,
+    no_keys: Annotated[
+        bool,
+        typer.Option(
+            "--no-keys", help="Serve without keys, even if some were made (loopback only)."
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Serve the REST API (/api/v1, schema at /openapi.json, docs at /docs) and the UI.
 
-    Send keys as `Authorization: Bearer KEY`; keys are needed once any exist, and always off
-    loopback. Index jobs re-index a collection's own folder, or one under --root.
+    Send keys as `Authorization: Bearer KEY`; keys are needed once any was made (even after
+    all are revoked: `--no-keys` serves open on loopback), and always off loopback. Index jobs re-index a collection's own folder, or one under --root.
     """
     needed = [*UI_PACKAGES, *(["watchfiles"] if watch else [])]
     missing = [p for p in needed if importlib.util.find_spec(p) is None]
@@ -62,6 +70,8 @@ def serve_command(
     from docsearch.config import Settings
 
     keys, public = KeyStore(), host not in LOOPBACK
+    if no_keys and public:
+        raise UsageError(f"--no-keys serves only on loopback, not {host}")
     if public and not keys.records():
         raise UsageError(
             f"binding {host} serves beyond this machine: create a key first "
@@ -69,8 +79,8 @@ def serve_command(
         )
     check_port(host, port)
     settings = Settings.resolve(db=db)
-    state = ServerState(settings, keys, public, root.resolve() if root else None)
-    keyed = public or bool(keys.records())
+    state = ServerState(settings, keys, public, root.resolve() if root else None, no_keys)
+    keyed = state.policy.in_force()
     ui_app = _ui_app(settings) if ui and not keyed else None
     stop = _start_watchers(watch or [], settings)
     where = f"http://{host}:{port}"

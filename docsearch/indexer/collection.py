@@ -68,8 +68,9 @@ def make_chunker(encoder: Encoder | None, settings: ChunkerSettings) -> Chunker:
 def load_encoder(
     name: str | None, options: dict[str, Any], default: str, runtime: dict[str, Any]
 ) -> Encoder | None:
-    """The requested encoder; the default one, or None (lexical) if the default cannot run."""
-    if name == LEXICAL_ONLY:
+    """The requested encoder; the default one, or None (lexical) if the default cannot run
+    or is `none` (DOCSEARCH_ENCODER=none: BM25 only)."""
+    if LEXICAL_ONLY in (name, default if name is None else None):
         return None
     if name is not None:
         return get_encoder(name, **options, **runtime)

@@ -209,12 +209,15 @@ def test_an_index_job_for_a_folder_under_the_root_makes_a_new_collection(site: S
     reader = site.as_("all")  # reads every collection but may not index
     assert "index" in expect_error(reader.post(f"{V1}/collections/fresh/index-jobs"), 403)
     indexer = site.as_("indexer")
-    assert "folder" in expect_error(indexer.post(f"{V1}/collections/fresh/index-jobs"), 400)
-    started = indexer.post(f"{V1}/collections/fresh/index-jobs", {"folder": "other"})
+    assert "folder" in expect_error(indexer.post(f"{V1}/collections/fresh/index-jobs"), 404)
+    source = site.corpus.root / "fresh-source"
+    source.mkdir()
+    (source / "memo.md").write_text("# Memo\n\nVisitor parking permits expire in May.\n")
+    started = indexer.post(f"{V1}/collections/fresh/index-jobs", {"folder": "fresh-source"})
     assert started.status == 202, started.body
     assert _finished(indexer, started.json()["url"])["result"]["new"] == 1
     hits = _search(indexer, "fresh", query="parking permits").json()["hits"]
-    assert hits[0]["path"] == str(site.corpus.root / "other" / "memo.md")
+    assert hits[0]["path"] == str(source / "memo.md")
 
 
 def test_an_index_job_is_refused_while_the_writer_lock_is_held(site: Site) -> None:
@@ -251,8 +254,8 @@ def _finished(client: Client, url: str, timeout: float = 60) -> dict[str, Any]:
         ({"query": "x " * 500_000}, 413, "body"),
         ({"where": "page_start >= ((("}, 400, "filter"),
         ({"where": "1=1; DROP TABLE chunks"}, 400, "filter"),
-        ({"mode": "telepathic"}, 400, "mode"),
-        ({"granularity": "sentence"}, 400, "granularity"),
+        ({"mode": "telepathic"}, 422, "mode"),
+        ({"granularity": "sentence"}, 422, "granularity"),
         ({"surprise": 1}, 422, "surprise"),
     ],
 )
@@ -271,19 +274,19 @@ def test_malformed_bodies_are_4xx_json_errors(site: Site) -> None:
 
 
 @pytest.mark.parametrize(
-    "path",
+    ("path", "status"),
     [
-        "/documents/..%2F..%2F..%2Fetc%2Fpasswd",
-        "/documents/../../../etc/passwd",
-        "/documents/%2E%2E",
-        "/documents/0123456789abcdef",  # well formed, not in the collection
-        "/documents/0123456789ABCDEF/file",
-        "/documents/0123456789abcdef/pages/1",
+        ("/documents/..%2F..%2F..%2Fetc%2Fpasswd", 404),  # no route has that many parts
+        ("/documents/../../../etc/passwd", 404),
+        ("/documents/%2E%2E", 422),  # not 16 hex digits: the schema's pattern
+        ("/documents/0123456789abcdef", 404),  # well formed, not in the collection
+        ("/documents/0123456789ABCDEF/file", 422),
+        ("/documents/0123456789abcdef/pages/1", 404),
     ],
 )
-def test_dotted_and_unknown_document_ids_are_404(site: Site, path: str) -> None:
+def test_dotted_and_unknown_document_ids_are_4xx(site: Site, path: str, status: int) -> None:
     reply = site.as_("docs").get(f"{V1}/collections/docs{path}")
-    assert reply.status == 404 and reply.json()["error"]
+    assert reply.status == status and reply.json()["error"]
 
 
 def test_dotted_index_folders_and_paths_are_refused(site: Site) -> None:
@@ -300,7 +303,7 @@ def test_unknown_and_invalid_collections_are_4xx(site: Site) -> None:
     assert "nowhere" in expect_error(_search(everyone, "nowhere"), 404)
     assert "nowhere" in expect_error(everyone.get(f"{V1}/collections/nowhere"), 404)
     expect_error(everyone.get(f"{V1}/collections/nowhere/documents/0123456789abcdef"), 404)
-    assert "invalid collection name" in expect_error(_search(everyone, "bad%20name"), 400)
+    assert "name" in expect_error(_search(everyone, "bad%20name"), 422)
     expect_error(everyone.get(f"{V1}/collections/..%2F..%2Fetc"), 404)
     expect_error(everyone.get(f"{V1}/no/such/route"), 404)
 

@@ -188,12 +188,12 @@ def test_keys_are_checked_and_scoped_as_for_search(site: Site) -> None:
     ("body", "status", "says"),
     [
         ({"doc_id": "0123456789abcdef"}, 404, "no document"),  # well formed, not held
-        ({"doc_id": "../../etc/passwd"}, 404, "no such document"),
-        ({"doc_id": "report.md"}, 404, "no such document"),  # never a path on the server
+        ({"doc_id": "../../etc/passwd"}, 422, "doc_id"),  # the schema's pattern: 16 hex digits
+        ({"doc_id": "report.md"}, 422, "doc_id"),  # never a path on the server
         ({}, 422, "doc_id"),
         ({"doc_id": "REPORT", "k": 0}, 422, "k"),
         ({"doc_id": "REPORT", "k": 10**9}, 422, "k"),
-        ({"doc_id": "REPORT", "mode": "telepathic"}, 400, "mode"),
+        ({"doc_id": "REPORT", "mode": "telepathic"}, 422, "mode"),
         ({"doc_id": "REPORT", "surprise": 1}, 422, "surprise"),
     ],
 )
@@ -226,7 +226,7 @@ def test_an_empty_or_unreadable_upload_is_one_clear_400(
 def test_malformed_uploads_are_4xx_json_errors(site: Site) -> None:
     client = site.as_("pumps")
     expect_error(_upload(client, "a.txt", b"pump impeller", {"k": "zero"}), 422)
-    expect_error(_upload(client, "a.txt", b"pump impeller", {"mode": "telepathic"}), 400)
+    expect_error(_upload(client, "a.txt", b"pump impeller", {"mode": "telepathic"}), 422)
     not_multipart = client.post(f"{V1}/collections/pumps/similar/file", {"file": "a.txt"})
     assert not_multipart.status == 422 and not_multipart.json()["error"]
     assert "nowhere" in expect_error(_upload(client, "a.txt", b"pump", collection="nowhere"), 403)
