@@ -60,6 +60,7 @@ def serve_command(
     from docsearch.app.keys import KeyStore
     from docsearch.app.web.ui import LOOPBACK, check_port
     from docsearch.config import Settings
+    from docsearch.indexer.extract_process import stop_child
 
     keys, public = KeyStore(), host not in LOOPBACK
     if public and not keys.records():
@@ -79,9 +80,19 @@ def serve_command(
     import uvicorn
 
     try:
-        uvicorn.run(build_app(state, ui_app), host=host, port=port, log_level="warning")
+        uvicorn.run(
+            build_app(state, ui_app),
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACE_SECONDS,
+        )
     finally:
         stop.set()
+        stop_child("uploads")  # index jobs' files are left to finish (or be killed) at exit
+
+
+GRACE_SECONDS = 3  # for requests in flight at SIGTERM; the rest of a 10 s stop is the children's
 
 
 def _ui_app(settings: Settings) -> Any:
