@@ -9,7 +9,8 @@ in the extraction child, up to MAX_UPLOAD_BYTES); documents are read through the
 `DocumentGuard`; index jobs run the indexing service in a thread, one per
 collection. Every error is JSON `{"error": "..."}` with a 4xx status (a 500 only for a bug,
 without its traceback); request bodies, k and the query are bounded.
-`build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path.
+`build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path,
+behind bounded admission for searches and uploads (`admission.py`: 503 + Retry-After beyond it).
 Not here: keys (`keys.py`), the command (`serve_cmd.py`), indexing (`docsearch.indexer.service`).
 """
 
