@@ -119,9 +119,6 @@ class Admission:
         except Busy:
             await _busy(gate, send)
 
-    def __getattr__(self, name: str) -> Any:  # app.state and friends, for whoever wraps this
-        return getattr(self.app, name)
-
 
 async def _watched(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
     """Run the request; once its body is read, wait for the client to go, and say so."""
