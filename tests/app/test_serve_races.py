@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,7 +69,9 @@ def _churn(site: Site, stop: threading.Event) -> int:
     [pytest.param(300, id="300"), pytest.param(10_000, id="10k", marks=pytest.mark.slow)],
 )
 def test_searches_racing_deletions_never_get_a_5xx(site: Site, searches: int) -> None:
-    stop, statuses, errors = threading.Event(), Counter[int](), []
+    # Every search is answered, and none with a 5xx; a 503 with Retry-After (load shed when the
+    # machine is too busy to answer within the queue's deadline) is retried, as clients should.
+    stop, statuses, errors, shed = threading.Event(), Counter[int](), [], [0]
     bodies = [
         {"query": "prune the walnut trees", "mode": mode, "granularity": granularity, "k": 20}
         for mode in ("hybrid", "lexical", "vector")
@@ -78,6 +81,10 @@ def test_searches_racing_deletions_never_get_a_5xx(site: Site, searches: int) ->
     def search(count: int) -> None:
         for i in range(count):
             reply = site.client.post(f"{V1}/collections/race/search", bodies[i % len(bodies)])
+            while reply.status == 503 and "retry-after" in reply.headers:  # shed: a busy machine
+                shed[0] += 1
+                time.sleep(int(reply.headers["retry-after"]))
+                reply = site.client.post(f"{V1}/collections/race/search", bodies[i % len(bodies)])
             statuses[reply.status] += 1
             if reply.status >= 500:
                 errors.append(reply.body[:300])
@@ -92,8 +99,9 @@ def test_searches_racing_deletions_never_get_a_5xx(site: Site, searches: int) ->
         thread.join()
     stop.set()
     churner.join()
+    print(f"{searches} searches: {dict(statuses)}, {shed[0]} shed and retried, {rounds} churns")
     assert rounds and rounds[0] >= 1
-    assert not errors and set(statuses) == {200}, (statuses, errors[:3])
+    assert not errors and statuses == {200: searches // 4 * 4}, (statuses, shed, errors[:3])
 
 
 def test_page_text_comes_from_the_store_not_the_file(site: Site) -> None:
