@@ -12,7 +12,7 @@ Not here: the extraction that lays pages out (`extract.build_document`, `PageSin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from docsearch.indexer.extract import PAGE_SEPARATOR, Document
 
@@ -58,7 +58,10 @@ def page_text(store: Store, path: str, doc_id: str, number: int) -> str:
     record = store.file_record(path)
     starts = decode_starts(record.page_starts) if record else []
     if not starts:
-        raise PageNotFound("its pages were not recorded: index it again to read them here")
+        raise PageNotFound(
+            "where its pages start was not recorded (indexed by an older docsearch): "
+            "rebuild the collection (docsearch index FOLDER --switch) to read its pages here"
+        )
     if not 1 <= number <= len(starts):
         raise PageNotFound(f"no page {number}: the document has {len(starts)}")
     begin = starts[number - 1]
@@ -70,12 +73,12 @@ def page_text(store: Store, path: str, doc_id: str, number: int) -> str:
     return _span(sorted(rows, key=lambda r: (r["char_start"], r["char_end"])), begin, end)
 
 
-def _span(chunks: Sequence[dict[str, object]], begin: int, end: int | None) -> str:
+def _span(chunks: Sequence[dict[str, Any]], begin: int, end: int | None) -> str:
     """The text from `begin` to `end` (None: to the last chunk's end) laid from chunks sorted
     by where they start: overlaps once, gaps as spaces."""
     parts, at = [], begin
     for chunk in chunks:
-        start, stop, text = int(chunk["char_start"]), int(chunk["char_end"]), str(chunk["text"])  # type: ignore[call-overload]
+        start, stop, text = chunk["char_start"], chunk["char_end"], chunk["text"]
         if stop <= at:
             continue
         if start > at:
