@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from docsearch.indexer.extract import Limits, extract
-from docsearch.indexer.pages import decode_starts, encode_starts, page_starts, page_text
+from docsearch.indexer.pages import (
+    PageNotFound,
+    decode_starts,
+    encode_starts,
+    page_starts,
+    page_text,
+)
 from docsearch.indexer.store import Store
 from tests.helpers import index_into
 
@@ -38,3 +46,17 @@ def test_every_page_is_rebuilt_from_small_overlapping_chunks(tmp_path: Path) -> 
     assert store.count_chunks() > 2 * len(pages)  # chunks cross page boundaries
     for number, expected in enumerate(pages, start=1):
         assert page_text(store, row["path"], row["doc_id"], number) == expected
+
+
+def test_a_document_indexed_before_page_starts_were_kept_says_how_to_rebuild(
+    tmp_path: Path,
+) -> None:
+    root, db = tmp_path / "docs", str(tmp_path / "db")
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nWalnut orchard lease.\n")
+    index_into(db, root)
+    Store.open(db, "c").files_table.update(values={"page_starts": ""})  # as an older version
+    store = Store.open(db, "c")
+    row = store.rows("ordinal = 0", ["doc_id", "path"])[0]
+    with pytest.raises(PageNotFound, match="--switch"):
+        page_text(store, row["path"], row["doc_id"], 1)
