@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from docsearch.config import Settings
 
 log = logging.getLogger(__name__)
+# For the requests in flight at SIGTERM; an upload's extraction is then killed, and the index
+# jobs' extraction child is given 5 s at exit: the server is gone within 10 s.
+GRACE_SECONDS = 3
 
 
 @handle_errors
@@ -90,9 +93,6 @@ def serve_command(
     finally:
         stop.set()
         stop_child("uploads")  # index jobs' files are left to finish (or be killed) at exit
-
-
-GRACE_SECONDS = 3  # for requests in flight at SIGTERM; the rest of a 10 s stop is the children's
 
 
 def _ui_app(settings: Settings) -> Any:

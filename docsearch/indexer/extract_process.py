@@ -4,12 +4,13 @@ One long-lived child per process, started on first use, runs `extract.extract` o
 sent to it: about 0.3 s to start (with the parsers' imports), then about 0.1 ms a file on top
 of the extraction itself. A file that takes longer than `Limits.seconds` has its child killed,
 and the next file gets a fresh child (each page OCR'd sends a byte on a pipe of its own, which
-starts the time again, unless the caller set one budget for the whole file, as the server does
-for uploads; the server's uploads also have a child of their own, so that they never wait for
-an index job's file nor it for them, and stop when their client goes); a child that dies (out of memory, a crash in a C parser) fails that
-file only. Its address space is capped (`Limits.memory_mb`); it exits when its parent is gone (killed). Time cannot be taken from a parser
-stuck inside one process, and a parser's memory is given back only when its process ends: that
-is why the parsers run over there.
+starts the time again, unless the caller set one `Budget` for the whole file, as the server
+does for uploads); a child that dies (out of memory, a crash in a C parser) fails that file
+only. Children are named: the server's uploads have one of their own, so that they never wait
+for an index job's file nor it for them. A child's address space is capped
+(`Limits.memory_mb`), and it exits once its parent is gone (killed). Time cannot be taken from
+a parser stuck inside one process, and a parser's memory is given back only when its process
+ends: that is why the parsers run over there.
 
 Warnings and log records emitted while one file is extracted become that file's warnings, so
 they carry its name instead of reaching the terminal without it.
@@ -289,6 +290,13 @@ class ExtractionProcess:
             os.close(self._beats)
             self._beats = -1
 
+    def kill(self) -> None:
+        """Kill the child now; whoever waits on it gets an ExtractionError (it died)."""
+        child = self._child
+        if child is not None:
+            with contextlib.suppress(OSError):
+                child.kill()
+
     def close(self) -> None:
         """Let the child finish and go (it exits when its input closes)."""
         child, self._child = self._child, None
@@ -363,10 +371,7 @@ def stop_child(name: str) -> None:
     with _shared_lock:
         held = [proc for key, (pid, proc) in _shared.items() if key == name and pid == os.getpid()]
     for proc in held:
-        child = proc._child
-        if child is not None:
-            with contextlib.suppress(OSError):
-                child.kill()
+        proc.kill()
 
 
 def extract_guarded(
