@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from docsearch.config import Settings
 
 log = logging.getLogger(__name__)
-# For the requests in flight at SIGTERM; an upload's extraction is then killed, and the index
-# jobs' extraction child is given 5 s at exit: the server is gone within 10 s.
+# For the requests in flight at SIGTERM. uvicorn then raises the signal again, which ends the
+# process at once; its extraction children see their parent gone and exit within a second.
 GRACE_SECONDS = 3
 
 
@@ -92,7 +92,7 @@ def serve_command(
         )
     finally:
         stop.set()
-        stop_child("uploads")  # index jobs' files are left to finish (or be killed) at exit
+        stop_child("uploads")  # Ctrl-C: an upload waiting on it fails now, not after its file
 
 
 def _ui_app(settings: Settings) -> Any:
