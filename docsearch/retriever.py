@@ -675,15 +675,17 @@ class Retriever:
         unreached = self._passages_of(
             [doc_paths[d] for d in top if not shown_chunks[d]], query, words, vector
         )
-        hits = []
-        for i, doc in enumerate(top, start=1):
+        hits: list[Hit] = []
+        for doc in top:
             passages = [
                 Passage(**_view(one, query), score=chunks.fused[one.chunk_id])
                 for one in shown_chunks[doc]
-            ] or unreached[doc_paths[doc]]
+            ] or unreached.get(doc_paths[doc], [])
+            if not passages:  # deleted since the legs read it: no chunk of it is left to show
+                continue
             best_passage = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
             best_passage["score"] = ranking.fused[doc]
-            scores = ranking.scores(doc, i)
+            scores = ranking.scores(doc, len(hits) + 1)
             if doc in named:
                 scores["instrument"] = {"rank": named[doc][0], "score": float(named[doc][1])}
             hits.append(Hit(**best_passage, scores=scores, passages=tuple(passages)))

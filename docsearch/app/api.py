@@ -10,7 +10,8 @@ in the extraction child, up to MAX_UPLOAD_BYTES); documents are read through the
 `DocumentGuard`; index jobs run the indexing service in a thread, one per
 collection. Every error is JSON `{"error": "..."}` with a 4xx status (a 500 only for a bug,
 without its traceback) and names no server path; request bodies, k and the query are bounded.
-`build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path.
+`build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path,
+behind bounded admission for searches and uploads (`admission.py`: 503 + Retry-After beyond it).
 Not here: keys (`keys.py`), the command (`serve_cmd.py`), indexing (`docsearch.indexer.service`).
 """
 
@@ -23,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,6 +35,7 @@ from starlette.exceptions import HTTPException
 
 from docsearch import __version__
 from docsearch.app import api_models as models
+from docsearch.app.admission import Admission, api_kind, default_gates
 from docsearch.app.api_auth import Access, ApiError, KeyPolicy, Who, gate
 from docsearch.app.api_models import (
     KEYED,
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 
     from docsearch.app.web.files import DocumentGuard
     from docsearch.indexer.extract import Document
+    from docsearch.indexer.store import Store
     from docsearch.similar import InCollection
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,7 @@ MAX_BODY_BYTES = 256 * 1024  # a longest query, escaped in JSON (\uXXXX: 6 bytes
 # MB; the multipart envelope around it is allowed on top.
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
 UPLOAD_ENVELOPE_BYTES = 64 * 1024
+UPLOAD_SECONDS = 60.0  # one upload's extraction, all its pages (at most the settings' limit)
 KEPT_JOBS = 100  # finished jobs remembered for their results
 _DOC_ID = re.compile(r"^[0-9a-f]{16}$")
 PASSAGE_COLUMNS = ["id", "ordinal", "page_start", "page_end", "char_start", "char_end"]
@@ -256,10 +260,22 @@ def _document_rows(state: ServerState, name: str, doc_id: str) -> list[dict[str,
     return sorted(rows, key=lambda r: r["ordinal"])
 
 
-def _uploaded(state: ServerState, upload: UploadFile) -> Document:
-    """An uploaded query document, extracted as indexing extracts a file (in the extraction
-    child, under the settings' time and memory limits); a 400 saying why it cannot be read."""
-    from docsearch.indexer.extract_process import extract_guarded
+def _document_path(store: Store, name: str, doc_id: str) -> str:
+    """The path of a document of the collection, read from one of its chunks; 404 without."""
+    if not _DOC_ID.match(doc_id):
+        raise ApiError(404, "no such document: ids are 16 hex digits, as in search hits")
+    rows = store.rows(f"doc_id = '{doc_id}' AND ordinal = 0", columns=["path"])
+    if not rows:
+        raise ApiError(404, f"no document {doc_id} in collection {name!r}")
+    return str(rows[0]["path"])
+
+
+def _uploaded(state: ServerState, upload: UploadFile, request: Request) -> Document:
+    """An uploaded query document, extracted as indexing extracts a file (in the uploads' own
+    extraction child, under the memory limit and one time budget for all its pages, stopped if
+    the client goes); a 400 saying why it cannot be read."""
+    from docsearch.app.admission import gone
+    from docsearch.indexer.extract_process import Budget, extract_guarded
     from docsearch.indexer.service import limits_of
 
     name = Path(upload.filename or "").name  # only its name: it is never a path on this server
@@ -270,8 +286,11 @@ def _uploaded(state: ServerState, upload: UploadFile) -> Document:
         raise ApiError(413, f"uploaded file over {MAX_UPLOAD_BYTES:,} bytes")
     if not data.strip():
         raise ApiError(400, f"the uploaded file {name} is empty")
+    limits = limits_of(state.settings)
+    seconds = min(limits.seconds, UPLOAD_SECONDS) if limits.seconds > 0 else UPLOAD_SECONDS
+    limits, budget = replace(limits, seconds=seconds), Budget(seconds, gone(request.scope))
     try:
-        return extract_guarded(Path(name), data, name, limits_of(state.settings))
+        return extract_guarded(Path(name), data, name, limits, budget=budget, child="uploads")
     except ExtractionError as exc:
         raise ApiError(400, f"cannot read the uploaded file {name}: {exc}") from None
 
@@ -298,7 +317,7 @@ def _similar_answer(
 
 def add_routes(app: FastAPI) -> None:
     @app.get(f"{API}/health", response_model=models.Health)
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:  # on the event loop: never behind the thread pool
         return {"status": "ok", "version": __version__}
 
     @app.get(f"{API}/collections", response_model=list[models.Collection], responses=errors(401))
@@ -365,7 +384,7 @@ def add_routes(app: FastAPI) -> None:
     ) -> dict[str, Any]:
         who.require(name)
         state = state_of(request)
-        doc = _uploaded(state, file)
+        doc = _uploaded(state, file, request)
         query = {"doc_id": None, "path": doc.path}
         return _similar_answer(state, name, doc, query, k, mode or None)
 
@@ -392,21 +411,21 @@ def add_routes(app: FastAPI) -> None:
     @app.get(
         f"{API}/collections/{{name}}/documents/{{doc_id}}/pages/{{number}}",
         response_model=models.Page,
-        responses=errors(400, *KEYED, 503),
+        responses=errors(*KEYED, 503),
     )
     def page(
         name: Name, doc_id: DocId, number: PageNumber, request: Request, who: Who
     ) -> dict[str, Any]:
-        from docsearch.indexer.extract import extract
+        from docsearch.indexer.pages import PageNotFound, page_text
 
         who.require(name)
-        state = state_of(request)
-        path = _document_rows(state, name, doc_id)[0]["path"]
-        verified = state.guard(name).open(path)
-        doc = extract(Path(path), verified.data, display_path=path)
-        if not 1 <= number <= len(doc.pages):
-            raise ApiError(404, f"no page {number}: the document has {len(doc.pages)}")
-        return {"doc_id": doc_id, "number": number, "text": doc.pages[number - 1].text}
+        store = state_of(request).retriever(name).store
+        path = _document_path(store, name, doc_id)
+        try:  # from the stored chunks: the document is not extracted again
+            text = page_text(store, path, doc_id, number)
+        except PageNotFound as exc:
+            raise ApiError(404, str(exc)) from None
+        return {"doc_id": doc_id, "number": number, "text": text}
 
     @app.get(
         f"{API}/collections/{{name}}/documents/{{doc_id}}/file",
@@ -515,10 +534,12 @@ def body_limit(path: str) -> int:
 class Front:
     """In front of everything: bodies over MAX_BODY_BYTES are refused (413, whether declared or
     streamed); API paths go to the API, the rest (and the lifespan) to the UI, if mounted. A
-    request for a keyed API route is refused 401 here without a valid key (`api_auth.gate`)."""
+    request for a keyed API route is refused 401 here without a valid key (`api_auth.gate`),
+    before admission (`admission.py`) queues it, so requests without a key take no place."""
 
     def __init__(self, api: FastAPI, ui: ASGIApp | None) -> None:
         self.api, self.ui = api, ui
+        self.admitted: ASGIApp = Admission(api, default_gates(), api_kind)
 
     @staticmethod
     def is_api(path: str) -> bool:
@@ -526,15 +547,15 @@ class Front:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await (self.ui or self.api)(scope, receive, send)
+            await (self.ui or self.admitted)(scope, receive, send)
             return
-        target = self.api if self.is_api(scope["path"]) or self.ui is None else self.ui
+        target = self.admitted if self.is_api(scope["path"]) or self.ui is None else self.ui
         limit = body_limit(scope["path"])
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _error(413, f"request body over {limit:,} bytes")(scope, receive, send)
             return
-        if target is self.api:
+        if target is self.admitted:
             try:  # the key first: a request without one never gets its body read
                 gate(self.api, self.api.state.docsearch.policy, scope)
             except ApiError as exc:

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from docsearch.config import Settings
 
 log = logging.getLogger(__name__)
+# For the requests in flight at SIGTERM. uvicorn then raises the signal again, which ends the
+# process at once; its extraction children see their parent gone and exit within a second.
+GRACE_SECONDS = 3
 
 
 @handle_errors
@@ -68,6 +71,7 @@ def serve_command(
     from docsearch.app.keys import KeyStore
     from docsearch.app.web.ui import LOOPBACK, check_port
     from docsearch.config import Settings
+    from docsearch.indexer.extract_process import stop_child
 
     keys, public = KeyStore(), host not in LOOPBACK
     if no_keys and public:
@@ -89,9 +93,16 @@ def serve_command(
     import uvicorn
 
     try:
-        uvicorn.run(build_app(state, ui_app), host=host, port=port, log_level="warning")
+        uvicorn.run(
+            build_app(state, ui_app),
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACE_SECONDS,
+        )
     finally:
         stop.set()
+        stop_child("uploads")  # Ctrl-C: an upload waiting on it fails now, not after its file
 
 
 def _ui_app(settings: Settings) -> Any:

@@ -4,10 +4,13 @@ One long-lived child per process, started on first use, runs `extract.extract` o
 sent to it: about 0.3 s to start (with the parsers' imports), then about 0.1 ms a file on top
 of the extraction itself. A file that takes longer than `Limits.seconds` has its child killed,
 and the next file gets a fresh child (each page OCR'd sends a byte on a pipe of its own, which
-starts the time again); a child that dies (out of memory, a crash in a C parser) fails that
-file only. Its address space is capped (`Limits.memory_mb`). Time cannot be taken from a parser
-stuck inside one process, and a parser's memory is given back only when its process ends: that
-is why the parsers run over there.
+starts the time again, unless the caller set one `Budget` for the whole file, as the server
+does for uploads); a child that dies (out of memory, a crash in a C parser) fails that file
+only. Children are named: the server's uploads have one of their own, so that they never wait
+for an index job's file nor it for them. A child's address space is capped
+(`Limits.memory_mb`), and it exits once its parent is gone (killed). Time cannot be taken from
+a parser stuck inside one process, and a parser's memory is given back only when its process
+ends: that is why the parsers run over there.
 
 Warnings and log records emitted while one file is extracted become that file's warnings, so
 they carry its name instead of reaching the terminal without it.
@@ -29,6 +32,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,9 +154,22 @@ def _child_reply(
         return ("failed", f"internal error while extracting ({describe(exc)})", [])
 
 
+def _exit_with_parent(parent: int, every: float = 0.5) -> None:
+    """Exit once the parent is gone: a killed parent closes no pipe in time (this child may be
+    busy for minutes inside a parser), and an orphan would OCR on for nobody."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
 def child_main() -> None:
     """Serve extraction requests on stdin/stdout until the parent closes the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent to handle
+    _exit_with_parent(int(os.environ.get("DOCSEARCH_PARENT_PID", os.getppid())))
     beats = int(os.environ["DOCSEARCH_BEAT_FD"])
     set_heartbeat(lambda: os.write(beats, b"."))
     replies = os.fdopen(os.dup(1), "wb")
@@ -184,7 +201,8 @@ class ExtractionProcess:
     the reply pipe.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "files") -> None:
+        self.name = name  # on the child's command line, so that `ps` tells them apart
         self._child: subprocess.Popen[bytes] | None = None
         self._beats = -1  # the read end of the child's heartbeat pipe
         self._lock = threading.Lock()
@@ -196,13 +214,14 @@ class ExtractionProcess:
         display_path: str,
         limits: Limits,
         spool: str | None = None,
+        budget: Budget | None = None,
     ) -> Document:
         """See `extract_guarded`."""
         request = (str(path), display_path, limits, data, spool)
         with self._lock:
             child = self._running()
             try:
-                reply = self._ask(child, request, limits.seconds)
+                reply = self._ask(child, request, limits.seconds, budget)
             except BaseException:  # no reply, or Ctrl-C mid-exchange: its next one would be stale
                 self._forget(child)
                 raise
@@ -221,23 +240,37 @@ class ExtractionProcess:
                 with contextlib.suppress(OSError):
                     pipe.close()
 
-    def _ask(self, child: subprocess.Popen[bytes], request: object, seconds: float) -> Any:
-        """The child's reply; ExtractionError if none comes within `seconds` or the child dies."""
+    def _ask(
+        self,
+        child: subprocess.Popen[bytes],
+        request: object,
+        seconds: float,
+        budget: Budget | None = None,
+    ) -> Any:
+        """The child's reply; ExtractionError if none comes within `seconds` (restarted by each
+        page OCR'd) or `budget`, if the budget is cancelled, or if the child dies."""
         assert child.stdin is not None and child.stdout is not None
         try:
             _send(child.stdin, request)
             # A select, not a timer thread: a thread per file cost as much as the rest together.
             replies = child.stdout.fileno()
-            while replies not in (
-                ready := select.select([replies, self._beats], [], [], seconds)[0]
-            ):
-                if not ready:
+            quiet_until = time.monotonic() + seconds  # moved on by each page OCR'd
+            while True:
+                wait = quiet_until - time.monotonic()
+                if budget is not None:
+                    budget.check()
+                    wait = min(wait, budget.left(), budget.poll_s)
+                ready = select.select([replies, self._beats], [], [], max(0.0, wait))[0]
+                if replies in ready:
+                    return _receive(child.stdout)
+                if self._beats in ready:
+                    os.read(self._beats, 4096)  # pages OCR'd: the time starts again
+                    quiet_until = time.monotonic() + seconds
+                elif time.monotonic() >= quiet_until:
                     raise ExtractionError(
                         f"extracting took longer than {seconds:g} s; "
                         "set DOCSEARCH_EXTRACT_SECONDS higher to index it"
                     )
-                os.read(self._beats, 4096)  # pages OCR'd: the time starts again
-            return _receive(child.stdout)
         except _GONE:
             self._forget(child)  # reaped first, so that its exit status is known
             raise ExtractionError(_died(child.returncode)) from None
@@ -247,7 +280,7 @@ class ExtractionProcess:
             self._close_beats()
             self._beats, beat_end = os.pipe()
             try:
-                self._child = _start_child(beat_end)
+                self._child = _start_child(beat_end, self.name)
             finally:
                 os.close(beat_end)  # the child has its copy
         return self._child
@@ -256,6 +289,13 @@ class ExtractionProcess:
         if self._beats >= 0:
             os.close(self._beats)
             self._beats = -1
+
+    def kill(self) -> None:
+        """Kill the child now; whoever waits on it gets an ExtractionError (it died)."""
+        child = self._child
+        if child is not None:
+            with contextlib.suppress(OSError):
+                child.kill()
 
     def close(self) -> None:
         """Let the child finish and go (it exits when its input closes)."""
@@ -273,14 +313,15 @@ class ExtractionProcess:
         self._close_beats()
 
 
-def _start_child(beat_end: int) -> subprocess.Popen[bytes]:
+def _start_child(beat_end: int, name: str) -> subprocess.Popen[bytes]:
     # The child must import this very docsearch, wherever it was imported from here.
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env["DOCSEARCH_BEAT_FD"] = str(beat_end)
+    env["DOCSEARCH_PARENT_PID"] = str(os.getpid())
     return subprocess.Popen(
-        [sys.executable, "-m", "docsearch.indexer.extract_process"],
+        [sys.executable, "-m", "docsearch.indexer.extract_process", name],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -288,34 +329,73 @@ def _start_child(beat_end: int) -> subprocess.Popen[bytes]:
     )
 
 
-_shared: tuple[int, ExtractionProcess] | None = None  # (pid that started it, the process)
+class Budget:
+    """One wall-clock budget for a whole extraction, whatever it does meanwhile (OCR'd pages do
+    not renew it), and a way to stop it early: `cancelled` is set when its caller gave up."""
+
+    poll_s = 0.25  # how soon a cancellation is seen
+
+    def __init__(self, seconds: float, cancelled: threading.Event | None = None) -> None:
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+        self.cancelled = cancelled or threading.Event()
+
+    def left(self) -> float:
+        return self.ends - time.monotonic()
+
+    def check(self) -> None:
+        if self.cancelled.is_set():
+            raise ExtractionError("stopped: its request was cancelled")
+        if self.left() <= 0:
+            raise ExtractionError(f"extracting took longer than its {self.seconds:g} s")
+
+
+_shared: dict[str, tuple[int, ExtractionProcess]] = {}  # name -> (pid that started it, process)
 _shared_lock = threading.Lock()
 _no_child = False  # set once starting a child failed: extract in this process from then on
 
 
-def _shared_process() -> ExtractionProcess:
-    """This process's extraction child (a forked copy of this process starts its own)."""
-    global _shared
+def _shared_process(name: str = "files") -> ExtractionProcess:
+    """This process's extraction child of that name (a forked copy starts its own)."""
     with _shared_lock:
-        if _shared is None or _shared[0] != os.getpid():
-            _shared = (os.getpid(), ExtractionProcess())
-            atexit.register(_shared[1].close)
-        return _shared[1]
+        held = _shared.get(name)
+        if held is None or held[0] != os.getpid():
+            held = _shared[name] = (os.getpid(), ExtractionProcess(name))
+            atexit.register(held[1].close)
+        return held[1]
+
+
+def stop_child(name: str) -> None:
+    """Kill this process's extraction child of that name now (a server stopping: an upload
+    waiting on it fails at once instead of holding the shutdown for the rest of its file)."""
+    with _shared_lock:
+        held = [proc for key, (pid, proc) in _shared.items() if key == name and pid == os.getpid()]
+    for proc in held:
+        proc.kill()
 
 
 def extract_guarded(
-    path: Path, data: bytes | None, display_path: str, limits: Limits, spool: bool = False
+    path: Path,
+    data: bytes | None,
+    display_path: str,
+    limits: Limits,
+    spool: bool = False,
+    budget: Budget | None = None,
+    child: str = "files",
 ) -> Document:
     """Extract one file within `limits` (time included); ExtractionError on any failure.
 
     `data`: the file's bytes, or None for the extraction to read the file itself (a text file
     then a block at a time). `spool`: a long document comes spooled (see `extract.Document`),
-    in a folder of this process's that goes when it exits (with what a killed child left)."""
+    in a folder of this process's that goes when it exits (with what a killed child left).
+    `budget`: one time limit for the whole file, and its cancellation (a child's extraction
+    only). `child`: which of this process's extraction children runs it."""
     global _no_child
     folder = spool_folder() if spool else None
     if limits.seconds > 0 and not _no_child:
         try:
-            return _shared_process().extract(path, data, display_path, limits, folder)
+            proc = _shared_process(child)
+            return proc.extract(path, data, display_path, limits, folder, budget)
         except OSError as exc:  # no interpreter to start (a frozen application, say)
             log.warning("extracting in this process, without a time limit: %s", exc)
             _no_child = True

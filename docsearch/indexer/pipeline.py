@@ -51,6 +51,7 @@ from docsearch.indexer.chunk import Chunk, Chunker
 from docsearch.indexer.extract import Document, Limits, open_limited, ranges, read_limited
 from docsearch.indexer.extract_process import extract_guarded
 from docsearch.indexer.heap import release_free_memory
+from docsearch.indexer.pages import encode_starts, page_starts
 from docsearch.indexer.plan import Plan, WorkItem, sha256_bytes
 from docsearch.indexer.store import DocumentBuilder, FileRecord, FileUpdate, Store
 
@@ -210,6 +211,7 @@ def extract_file(
     warnings = [paths.one_line(w) for w in doc.warnings]
     record.reason = "; ".join(warnings)
     record.ocr_pages = ranges(doc.ocr_pages)
+    record.page_starts = encode_starts(page_starts(doc))
     return FileOutcome(record, kind, doc, warnings=warnings, old=old)
 
 

@@ -93,6 +93,7 @@ class FileRecord:
     indexed_at: float = 0.0
     title: str = ""
     ocr_pages: str = ""  # pages whose text OCR read ("1-3, 7")
+    page_starts: str = ""  # where each page starts in the text, as gaps ("0,1834,177"); `pages`
 
 
 @dataclass
@@ -230,7 +231,7 @@ DOC_TABLE_COLUMNS = (
 )
 FILE_COLUMNS = (
     "path:string sha256:string size:int64 mtime:float64 status:string reason:string "
-    "n_chunks:int32 indexed_at:float64 title:string ocr_pages:string"
+    "n_chunks:int32 indexed_at:float64 title:string ocr_pages:string page_starts:string"
 )
 
 
@@ -909,6 +910,7 @@ class Store:
         for table, column, value in [
             (self.chunks, "ocr", "false"),
             (self.files_table, "ocr_pages", "''"),
+            (self.files_table, "page_starts", "''"),
         ]:
             if column not in table.schema.names:
                 table.add_columns({column: value})

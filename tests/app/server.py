@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import REPO
-from tests.ui.browser import free_port, running
+from tests.ui.browser import _wait_until_up, free_port, running
 
 
 @dataclass
@@ -73,3 +74,23 @@ def served(env: dict[str, str], *args: str, log: Path | None = None) -> Iterator
     health = f"http://127.0.0.1:{port}/api/v1/health"
     with running(argv, env=full, cwd=REPO, ready=health, timeout=120, log=log):
         yield Client("127.0.0.1", port)
+
+
+@contextmanager
+def serving(
+    env: dict[str, str], *args: str, log: Path
+) -> Iterator[tuple[Client, subprocess.Popen[bytes]]]:
+    """As `served`, with the server's process, for tests that signal it (killed at the end if
+    still running)."""
+    port = free_port()
+    full = {**os.environ, "PYTHONPATH": str(REPO), "DOCSEARCH_PLUGINS": "tests.fakes", **env}
+    argv = [sys.executable, "-m", "docsearch.app.cli", "serve", "--port", str(port), *args]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(argv, cwd=REPO, env=full, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            _wait_until_up(f"http://127.0.0.1:{port}/api/v1/health", process, 120)
+            yield Client("127.0.0.1", port), process
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()

@@ -165,7 +165,7 @@ def test_the_extraction_process_works_within_its_memory_cap(
 
     # A child of its own: the suite's shared child may already hold enough freed heap from
     # earlier tests' files to read this one without asking the system for more memory.
-    monkeypatch.setattr(extract_process, "_shared", None)
+    monkeypatch.setattr(extract_process, "_shared", {})
     root, db = tmp_path / "docs", str(tmp_path / "db")
     root.mkdir()
     (root / "a.txt").write_text("Walnut orchard lease. " * 400_000)  # 8.8 MB

@@ -1,0 +1,62 @@
+"""Page starts recorded at index time, and a page's text rebuilt from the stored chunks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from docsearch.indexer.extract import Limits, extract
+from docsearch.indexer.pages import (
+    PageNotFound,
+    decode_starts,
+    encode_starts,
+    page_starts,
+    page_text,
+)
+from docsearch.indexer.store import Store
+from tests.helpers import index_into
+
+
+def test_page_starts_survive_their_encoding() -> None:
+    for starts in ([], [0], [0, 1834, 2011, 2011, 90_000]):
+        assert decode_starts(encode_starts(starts)) == starts
+
+
+def test_a_spooled_document_has_the_same_page_starts_as_one_in_memory(tmp_path: Path) -> None:
+    text = "\f".join(f"Page {n} " + "walnut orchard lease " * 3_000 for n in range(1, 40))
+    (tmp_path / "long.txt").write_text(text)
+    in_memory = extract(tmp_path / "long.txt", None, limits=Limits())
+    spooled = extract(tmp_path / "long.txt", None, limits=Limits(), spool=str(tmp_path))
+    assert spooled.spool and len(in_memory.pages) == 39
+    assert (
+        page_starts(spooled) == page_starts(in_memory) == [p.char_offset for p in in_memory.pages]
+    )
+    spooled.discard()
+
+
+def test_every_page_is_rebuilt_from_small_overlapping_chunks(tmp_path: Path) -> None:
+    root, db = tmp_path / "docs", str(tmp_path / "db")
+    root.mkdir()
+    pages = [f"Page {n}: " + " ".join(f"word{n}x{i}" for i in range(60)) for n in range(1, 8)]
+    (root / "book.txt").write_text("\f".join(pages))
+    index_into(db, root, options={"max_tokens": 16, "overlap": 4})
+    store = Store.open(db, "c")
+    row = store.rows("ordinal = 0", ["doc_id", "path"])[0]
+    assert store.count_chunks() > 2 * len(pages)  # chunks cross page boundaries
+    for number, expected in enumerate(pages, start=1):
+        assert page_text(store, row["path"], row["doc_id"], number) == expected
+
+
+def test_a_document_indexed_before_page_starts_were_kept_says_how_to_rebuild(
+    tmp_path: Path,
+) -> None:
+    root, db = tmp_path / "docs", str(tmp_path / "db")
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nWalnut orchard lease.\n")
+    index_into(db, root)
+    Store.open(db, "c").files_table.update(values={"page_starts": ""})  # as an older version
+    store = Store.open(db, "c")
+    row = store.rows("ordinal = 0", ["doc_id", "path"])[0]
+    with pytest.raises(PageNotFound, match="--switch"):
+        page_text(store, row["path"], row["doc_id"], 1)
