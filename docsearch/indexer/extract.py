@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from docsearch.errors import ExtractionError
-from docsearch.indexer.readers import base
+from docsearch.indexer.readers import base, mail
 from docsearch.indexer.readers.base import (
     MB,
     PAGE_SEPARATOR,
@@ -49,6 +49,11 @@ __all__ = [
     "ranges", "read_limited", "open_limited", "supported", "text_too_big", "EXTRACTORS",
 ]  # fmt: skip
 
+def extract_eml(path: Path, data: bytes, limits: Limits) -> Document:
+    """An e-mail message, its attachments read through this same door."""
+    return mail.extract_eml(path, data, limits, extract)
+
+
 EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
     ".pdf": extract_pdf,
     **dict.fromkeys([".txt", ".text", ".md", ".markdown", ".rst"], extract_text),
@@ -56,6 +61,7 @@ EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
     ".htm": extract_html,
     ".docx": extract_docx,
     **dict.fromkeys([".png", ".jpg", ".jpeg", ".tif", ".tiff"], extract_image),
+    ".eml": extract_eml,
 }
 FORMAT_NAMES: dict[Callable[[Path, bytes, Limits], Document], str] = {
     extract_pdf: "PDF",
@@ -63,6 +69,7 @@ FORMAT_NAMES: dict[Callable[[Path, bytes, Limits], Document], str] = {
     extract_html: "HTML",
     extract_docx: "DOCX",
     extract_image: "image",
+    extract_eml: "e-mail",
 }
 
 
@@ -133,7 +140,7 @@ def _extract_into(
         if extractor is extract_docx and streamed_docx(data, limits):
             return stream_docx(path, data, sink)
         doc = extractor(path, data, limits)
-        sink.chars = sum(len(page.text) for page in doc.pages)
+        sink.chars = sum(len(page.text) for one in doc.documents() for page in one.pages)
         return doc
     except (ExtractionError, MemoryError):
         raise

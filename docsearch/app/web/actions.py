@@ -148,13 +148,16 @@ def score_line(hit: Hit) -> str:
 def hit_html(rank: int, hit: Hit, collection: str, source: str) -> str:
     esc = html.escape
     heading = f'<div class="ds-heading">§ {esc(hit.heading_path)}</div>' if hit.heading_path else ""
-    link = esc(file_url(collection, hit.path, hit.page_start))
+    page = hit.page or hit.page_start
+    link = esc(file_url(collection, hit.path, page))
+    provenance = f'<div class="ds-provenance">{esc(hit.provenance)}</div>' if hit.provenance else ""
     return (
         f'<li class="ds-hit" data-rank="{rank}" data-path="{esc(hit.path)}" '
-        f'data-page="{hit.page_start}">'
+        f'data-page="{page}">'
         f'<div class="ds-title"><span class="ds-rank">{rank}.</span> '
         f'<button class="ds-open" data-rank="{rank}">{esc(hit.title or Path(hit.path).name)}'
-        f'</button> <span class="ds-pages">p. {esc(hit.pages)}</span>{OCR_BADGE * hit.ocr}</div>'
+        f'</button> <span class="ds-pages">p. {esc(hit.cite)}</span>{OCR_BADGE * hit.ocr}</div>'
+        f"{provenance}"
         f'<div class="ds-path">{esc(display_path(hit.path, source))} · '
         f'<a href="{link}" target="_blank" rel="noopener">open original</a> · '
         f'<button class="ds-similar" data-rank="{rank}" title="documents like this one">'
@@ -197,7 +200,7 @@ def why_similar(hit: SimilarHit) -> str:
 def more_passages(hit: Hit) -> str:
     """The document's other best passages (the first is the hit's snippet), each with its pages."""
     return "".join(
-        f'<div class="ds-snippet ds-more"><span class="ds-at">p. {html.escape(p.pages)}</span> '
+        f'<div class="ds-snippet ds-more"><span class="ds-at">p. {html.escape(p.cite)}</span> '
         f"{marked_html(p.snippet.text, p.snippet.marks)}</div>"
         for p in hit.passages[1:]
     )

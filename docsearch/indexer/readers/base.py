@@ -49,7 +49,14 @@ class Document:
     A spooled document (`spool` is set) keeps its pages in that file instead of `pages`: pieces
     of pages in order (a long page in several pieces with its number, each at its own offset),
     read back by `iter_pages`; `loaded()` is the same document in memory, `discard()` removes
-    the file (whoever consumes the document does, once done with it)."""
+    the file (whoever consumes the document does, once done with it).
+
+    One file may hold several documents: an e-mail's attachments (and theirs) are documents of
+    their own in `attachments` (flat, in order), each with its `part`, the chain of attachment
+    names that leads to it from the file ("fwd.eml › contract.pdf"; "" for the file's own
+    document). `meta` is provenance stored in filterable columns (an e-mail's subject, from, to
+    and date, which its attachments share); `labels` names pages where a number is not enough
+    (a spreadsheet's "Sheet1, rows 1-100", an EPUB's chapter)."""
 
     path: str
     title: str
@@ -58,6 +65,20 @@ class Document:
     ocr_pages: list[int] = field(default_factory=list)  # pages whose text OCR read
     ocr_read: int = 0  # of those, pages the engine read (the others came from its cache)
     spool: str = ""
+    part: str = ""
+    meta: dict[str, str] = field(default_factory=dict)
+    labels: dict[int, str] = field(default_factory=dict)  # page number -> its label
+    attachments: list[Document] = field(default_factory=list)
+    encoding: str = ""  # a text file's encoding, as detected ("" where none was guessed)
+
+    def documents(self) -> list[Document]:
+        """This document and the attachments it holds, in order."""
+        return [self, *self.attachments]
+
+    def label(self, first: int, last: int) -> str:
+        """The label of pages `first`..`last` ("" for pages without one)."""
+        start, end = self.labels.get(first, ""), self.labels.get(last, "")
+        return start if start == end or not end else f"{start} – {end}" if start else end
 
     @property
     def text(self) -> str:

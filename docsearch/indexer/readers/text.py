@@ -9,71 +9,57 @@ from pathlib import Path
 
 from docsearch.errors import ExtractionError
 from docsearch.indexer.readers.base import Document, Limits, PageSink, check_size, open_limited
+from docsearch.indexer.readers.encoding import judge
 
 BLOCK_BYTES = 4 * 2**20  # a text file is read this much at a time
 
 
-def decode_text(data: bytes, warnings: list[str] | None = None) -> str:
-    """UTF-8 (with or without BOM) or BOM-marked UTF-16; anything else is refused, not guessed.
-    See `decode_stream`, which this is for bytes in memory."""
-    return "".join(decode_stream(lambda: iter([data]), warnings))
+def decode_text(data: bytes, warnings: list[str] | None = None, encoding: str | None = None) -> str:
+    """The text of bytes in memory; see `decode_stream`."""
+    return "".join(decode_stream(lambda: iter([data]), warnings, encoding))
 
 
 def decode_stream(
-    blocks: Callable[[], Iterator[bytes]], warnings: list[str] | None = None
+    blocks: Callable[[], Iterator[bytes]],
+    warnings: list[str] | None = None,
+    encoding: str | None = None,
 ) -> Iterator[str]:
     """The text of the bytes `blocks()` gives (called twice: the bytes are judged first, then
     decoded), a block at a time, with newlines made `\\n`.
 
-    The whole file is judged, not its start: more than 5% control bytes (NUL included) is
-    binary content and refused; fewer NULs are stray bytes in a text file, removed with a
-    warning (added to `warnings`) so that the rest of the file is still found.
+    `encoding`: the codec to use, or None to judge the bytes (`encoding.judge`: the whole file,
+    not its start; empty and binary files refused). NUL bytes in a text file are stray bytes,
+    removed with a warning (added to `warnings`) so that the rest of the file is still found;
+    bytes the encoding cannot decode are replaced, with a warning saying how many.
     """
-    empty, controls, total, head = True, 0, 0, b""
-    for block in blocks():  # C speed: the judging pass costs a read
-        head = head or block[:3]
-        empty = empty and not block.strip()
-        controls += len(block.translate(None, _NOT_CONTROL))
-        total += len(block)
-    if empty:
-        raise ExtractionError("empty file")
-    utf16 = head.startswith((b"\xff\xfe", b"\xfe\xff"))
-    if not utf16 and controls > 0.05 * total:
-        raise ExtractionError("binary content (NUL or control bytes) in a text file")
-    return _decoded(blocks(), utf16, warnings)
+    codec = encoding or judge(blocks)
+    return _decoded(blocks(), codec, warnings)
 
 
-def _decoded(blocks: Iterator[bytes], utf16: bool, warnings: list[str] | None) -> Iterator[str]:
-    decoder = codecs.getincrementaldecoder("utf-16" if utf16 else "utf-8")()
-    fed, nuls, visible, cr = 0, 0, False, ""
-    for block in _without_bom(blocks, utf16):
-        if block is None:  # a UTF-8 byte order mark, skipped
-            fed += len(codecs.BOM_UTF8)
-            continue
+def _decoded(blocks: Iterator[bytes], codec: str, warnings: list[str] | None) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder(codec)("replace")
+    nuls, replaced, visible, cr = 0, 0, False, ""
+    marked_utf16 = codec == "utf-16"  # with a byte order mark
+    # U+FFFD written in the file (UTF-8: its three bytes) is text, not a replacement.
+    literal = "\ufffd".encode(codec) if codec.startswith("utf-8") else b"\x00\x00\x00\x00"
+    for block in _ended(blocks):
         final = not block
-        pending = len(decoder.getstate()[0])
-        try:
-            text = decoder.decode(block, final=final)
-        except UnicodeDecodeError as exc:
-            if utf16:
-                raise
-            at = fed - pending + exc.start
-            raise ExtractionError(
-                f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {at}); "
-                "convert the file to UTF-8"
-            ) from exc
-        fed += len(block)
+        text = decoder.decode(block, final=final)
+        replaced += text.count("\ufffd") - block.count(literal)
         if "\x00" in text:
             nuls += text.count("\x00")
             text = text.replace("\x00", "")
         visible = visible or (bool(text) and not text.isspace())
-        if utf16:  # as UTF-16 files always were: their line ends as they are
+        if marked_utf16:  # as UTF-16 files always were: their line ends as they are
             yield text
             continue
         text, cr = cr + text, ""
         if text.endswith("\r") and not final:  # its \n may start the next block
             text, cr = text[:-1], "\r"
         yield text.replace("\r\n", "\n").replace("\r", "\n")
+    if warnings is not None and replaced > 0:
+        plural = "s" * (replaced != 1)
+        warnings.append(f"read as {codec}: {replaced} undecodable byte{plural} replaced")
     if nuls:
         if warnings is not None:
             warnings.append(f"removed {nuls} NUL byte{'s' * (nuls != 1)} from the text")
@@ -81,29 +67,10 @@ def _decoded(blocks: Iterator[bytes], utf16: bool, warnings: list[str] | None) -
             raise ExtractionError("binary content (only NUL bytes) in a text file")
 
 
-def _without_bom(blocks: Iterator[bytes], utf16: bool) -> Iterator[bytes | None]:
-    """The blocks, then b"" (the end); a UTF-8 byte order mark is given as None, then dropped
-    (it may come split across the first blocks)."""
-    head: bytes | None = None if utf16 else b""  # the start, until a mark can be told
-    for block in blocks:
-        if head is not None:
-            head += block
-            if len(head) < len(codecs.BOM_UTF8) and codecs.BOM_UTF8.startswith(head):
-                continue  # too few bytes yet to tell
-            if head.startswith(codecs.BOM_UTF8):
-                yield None
-                head = head[len(codecs.BOM_UTF8) :]
-            block, head = head, None
-        if block:
-            yield block
-    if head:
-        yield head
+def _ended(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """The blocks, then b"" (the end)."""
+    yield from (block for block in blocks if block)
     yield b""
-
-
-# Control bytes are those below 0x20 other than tab, newline, form feed and carriage return. In
-# UTF-8 they never occur inside a multi-byte character, so counting bytes counts characters.
-_NOT_CONTROL = bytes(b for b in range(256) if b >= 32 or b in b"\t\n\f\r")
 
 
 def extract_text(path: Path, data: bytes, limits: Limits) -> Document:
@@ -115,14 +82,18 @@ def stream_text(path: Path, source: bytes | None, limits: Limits, sink: PageSink
     a Document, written into `sink` as it is decoded."""
     warnings: list[str] = []
     sink.new_page()
-    for text in decode_stream(lambda: _blocks(path, source, limits), warnings):
+    blocks = lambda: _blocks(path, source, limits)  # noqa: E731 - read twice: judged, decoded
+    codec = judge(blocks)
+    for text in decode_stream(blocks, warnings, codec):
         # Form feeds are page breaks in text exports of paginated documents.
         first, *others = text.split("\f")
         sink.write(first)
         for page in others:
             sink.new_page()
             sink.write(page)
-    return sink.document(path, "", warnings)
+    doc = sink.document(path, "", warnings)
+    doc.encoding = codec
+    return doc
 
 
 def _blocks(path: Path, source: bytes | None, limits: Limits) -> Iterator[bytes]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from docsearch.errors import ExtractionError
 from docsearch.indexer.readers.base import Document, Limits, make_document
+from docsearch.indexer.readers.encoding import declared_charset, judge
 from docsearch.indexer.readers.text import decode_text
 
 # HTML and DOCX, both rendered to Markdown-ish text with '#' headings
@@ -29,7 +30,7 @@ def marked(text: str, heading_level: int) -> str:
     return f"{'#' * heading_level} {text}" if heading_level else text
 
 
-def _html_blocks(soup) -> list[str]:  # type: ignore[no-untyped-def]
+def html_blocks(soup) -> list[str]:  # type: ignore[no-untyped-def]
     """The visible text of `soup` in blocks, in one pass over the tree.
 
     Iterative and linear in the size of the tree: a deeply nested file (100k levels of <li>)
@@ -71,10 +72,15 @@ def extract_html(path: Path, data: bytes, limits: Limits) -> Document:
     from bs4 import BeautifulSoup
 
     warnings: list[str] = []
-    soup = BeautifulSoup(decode_text(data, warnings), "html.parser")
-    text = "\n\n".join(_html_blocks(soup))
+    codec = judge(lambda: iter([data]))  # refuses empty and binary files
+    if not codec.startswith("utf-16") and codec != "utf-8-sig":  # a byte order mark outranks it
+        codec = declared_charset(data[:4096]) or codec
+    soup = BeautifulSoup(decode_text(data, warnings, codec), "html.parser")
+    text = "\n\n".join(html_blocks(soup))
     if not text.strip():
         raise ExtractionError("HTML without visible text")
     title_tag = soup.find("title")
     title = " ".join(title_tag.get_text().split()) if title_tag else ""
-    return make_document(path, title, [text], warnings)
+    doc = make_document(path, title, [text], warnings)
+    doc.encoding = codec
+    return doc
