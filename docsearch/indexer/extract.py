@@ -1,7 +1,9 @@
 """Files -> `Document`s: the one door every file goes through (`extract`, `EXTRACTORS`).
 
-Each family of formats has its reader module in `readers/`: `text` (plain text, Markdown), `web`
-(HTML), `word` (DOCX), `pdf` (PDF, and images read by OCR); `base` holds what they share
+Each family of formats has its reader module in `readers/`: `text` (plain text, Markdown; the
+encoding judged by `encoding`), `web` (HTML), `word` (DOCX), `pdf` (PDF, and images read by
+OCR), `mail` (.eml, attachments as documents of their own), `office` (.pptx, .xlsx, .odt, .ods,
+.odp), `ebook` (.epub), `legacy` (.rtf, .doc through a converter); `base` holds what they share
 (`Document`, `PageSink`, `Limits`, the zip guard). Headings are written as Markdown `#` lines so
 the chunker sees one structure. Anything that cannot be read (encrypted, corrupt, empty, binary,
 no text layer, unreadable, over a size limit, or any exception from a parser) raises
@@ -37,6 +39,9 @@ from docsearch.indexer.readers.base import (
     ranges,
     text_too_big,
 )
+from docsearch.indexer.readers.ebook import extract_epub
+from docsearch.indexer.readers.legacy import extract_doc, extract_rtf
+from docsearch.indexer.readers.office import extract_odf, extract_pptx, extract_xlsx
 from docsearch.indexer.readers.pdf import extract_image, extract_pdf
 from docsearch.indexer.readers.text import decode_stream, decode_text, extract_text, stream_text
 from docsearch.indexer.readers.web import extract_html
@@ -48,6 +53,7 @@ __all__ = [
     "build_document", "decode_stream", "decode_text", "describe", "extract", "file_too_big",
     "ranges", "read_limited", "open_limited", "supported", "text_too_big", "EXTRACTORS",
 ]  # fmt: skip
+
 
 def extract_eml(path: Path, data: bytes, limits: Limits) -> Document:
     """An e-mail message, its attachments read through this same door."""
@@ -62,6 +68,12 @@ EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
     ".docx": extract_docx,
     **dict.fromkeys([".png", ".jpg", ".jpeg", ".tif", ".tiff"], extract_image),
     ".eml": extract_eml,
+    ".pptx": extract_pptx,
+    ".xlsx": extract_xlsx,
+    **dict.fromkeys([".odt", ".ods", ".odp"], extract_odf),
+    ".rtf": extract_rtf,
+    ".epub": extract_epub,
+    ".doc": extract_doc,
 }
 FORMAT_NAMES: dict[Callable[[Path, bytes, Limits], Document], str] = {
     extract_pdf: "PDF",
@@ -70,6 +82,12 @@ FORMAT_NAMES: dict[Callable[[Path, bytes, Limits], Document], str] = {
     extract_docx: "DOCX",
     extract_image: "image",
     extract_eml: "e-mail",
+    extract_pptx: "PPTX",
+    extract_xlsx: "XLSX",
+    extract_odf: "OpenDocument",
+    extract_rtf: "RTF",
+    extract_epub: "EPUB",
+    extract_doc: "Word .doc",
 }
 
 
