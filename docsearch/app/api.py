@@ -294,7 +294,8 @@ def _document_rows(state: ServerState, name: str, doc_id: str) -> list[dict[str,
     if not _DOC_ID.match(doc_id):
         raise ApiError(404, "no such document: ids are 16 hex digits, as in search hits")
     store = state.retriever(name).store
-    rows = store.rows(f"doc_id = '{doc_id}'", columns=[*PASSAGE_COLUMNS, "path", "title", "text"])
+    columns = [*PASSAGE_COLUMNS, "path", "part", "title", "text"]
+    rows = store.rows(f"doc_id = '{doc_id}'", columns=columns)
     if not rows:
         raise ApiError(404, f"no document {doc_id} in collection {name!r}")
     return sorted(rows, key=lambda r: r["ordinal"])
@@ -409,6 +410,7 @@ def add_routes(app: FastAPI) -> None:
         return {
             "doc_id": doc_id,
             "path": rows[0]["path"],
+            "part": rows[0].get("part", ""),  # the attachment it is, in an e-mail
             "title": rows[0]["title"],
             "pages": max(r["page_end"] for r in rows),
             "record": asdict(record) if record else None,
@@ -421,9 +423,11 @@ def add_routes(app: FastAPI) -> None:
 
         who.require(name)
         state = state_of(request)
-        path = _document_rows(state, name, doc_id)[0]["path"]
+        first = _document_rows(state, name, doc_id)[0]
+        path, part = first["path"], first.get("part", "")
         verified = state.guard(name).open(path)
-        doc = extract(Path(path), verified.data, display_path=path)
+        whole = extract(Path(path), verified.data, display_path=path)
+        doc = next((one for one in whole.documents() if one.part == part), whole)
         if not 1 <= number <= len(doc.pages):
             raise ApiError(404, f"no page {number}: the document has {len(doc.pages)}")
         return {"doc_id": doc_id, "number": number, "text": doc.pages[number - 1].text}

@@ -155,3 +155,13 @@ def test_a_file_that_is_no_message_fails_alone(data: bytes, reason: str) -> None
 
     with pytest.raises(ExtractionError, match=reason):
         extract(Path("x.eml"), data, limits=Limits())
+
+
+def test_the_preview_of_an_attachment_hit_shows_the_attachments_text(tmp_path: Path) -> None:
+    from docsearch.app.web.actions import _extracted
+    from docsearch.app.web.files import Verified
+
+    data = lease_mail(tmp_path)
+    verified = Verified(str(tmp_path / "mail.eml"), data)
+    assert "escrow" in _extracted(verified, "lease.pdf").text
+    assert "saxophone" in _extracted(verified, "").text

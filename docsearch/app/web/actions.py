@@ -384,7 +384,8 @@ class UIContext:
         return Preview(self._head(picked, page, pages), body, page, pages, paged=True)
 
     def _text_preview(self, verified: Verified, picked: Picked) -> Preview:
-        hit, doc = picked.hit, _extracted(verified)
+        hit = picked.hit
+        doc = _extracted(verified, hit.part)
         text = doc.text
         span = _clip(hit.char_start, hit.char_end, len(text))
         passage = _clip(hit.snippet.char_start, hit.snippet.char_end, len(text))
@@ -434,12 +435,13 @@ class UIContext:
         return summary, _report_rows(Store.open(self.db, name), path, report)
 
 
-def _extracted(verified: Verified) -> Document:
+def _extracted(verified: Verified, part: str = "") -> Document:
     """The document's text as indexing extracted it (the same checked bytes, so the offsets
-    stored with its chunks point into it)."""
+    stored with its chunks point into it); `part`: the attachment it is, in an e-mail."""
     from docsearch.indexer.extract import extract
 
-    return extract(Path(verified.path), verified.data, display_path=verified.path)
+    doc = extract(Path(verified.path), verified.data, display_path=verified.path)
+    return next((one for one in doc.documents() if one.part == part), doc)
 
 
 def _clip(start: int, end: int, length: int) -> tuple[int, int]:
