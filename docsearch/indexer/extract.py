@@ -2,7 +2,7 @@
 
 Each family of formats has its reader module in `readers/`: `text` (plain text, Markdown; the
 encoding judged by `encoding`), `web` (HTML), `word` (DOCX), `pdf` (PDF, and images read by
-OCR), `mail` (.eml, attachments as documents of their own), `office` (.pptx, .xlsx, .odt, .ods,
+OCR), `mail` (.eml, attachments as documents of their own), `outlook` (.msg), `office` (.pptx, .xlsx, .odt, .ods,
 .odp), `ebook` (.epub), `legacy` (.rtf, .doc through a converter); `base` holds what they share
 (`Document`, `PageSink`, `Limits`, the zip guard). Headings are written as Markdown `#` lines so
 the chunker sees one structure. Anything that cannot be read (encrypted, corrupt, empty, binary,
@@ -42,6 +42,7 @@ from docsearch.indexer.readers.base import (
 from docsearch.indexer.readers.ebook import extract_epub
 from docsearch.indexer.readers.legacy import extract_doc, extract_rtf
 from docsearch.indexer.readers.office import extract_odf, extract_pptx, extract_xlsx
+from docsearch.indexer.readers.outlook import parse_msg
 from docsearch.indexer.readers.pdf import extract_image, extract_pdf
 from docsearch.indexer.readers.text import decode_stream, decode_text, extract_text, stream_text
 from docsearch.indexer.readers.web import extract_html
@@ -60,6 +61,11 @@ def extract_eml(path: Path, data: bytes, limits: Limits) -> Document:
     return mail.extract_eml(path, data, limits, extract)
 
 
+def extract_msg(path: Path, data: bytes, limits: Limits) -> Document:
+    """An Outlook message, its attachments read through this same door."""
+    return mail.message_document(path, parse_msg(data), limits, extract)
+
+
 EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
     ".pdf": extract_pdf,
     **dict.fromkeys([".txt", ".text", ".md", ".markdown", ".rst"], extract_text),
@@ -68,6 +74,7 @@ EXTRACTORS: dict[str, Callable[[Path, bytes, Limits], Document]] = {
     ".docx": extract_docx,
     **dict.fromkeys([".png", ".jpg", ".jpeg", ".tif", ".tiff"], extract_image),
     ".eml": extract_eml,
+    ".msg": extract_msg,
     ".pptx": extract_pptx,
     ".xlsx": extract_xlsx,
     **dict.fromkeys([".odt", ".ods", ".odp"], extract_odf),
@@ -82,6 +89,7 @@ FORMAT_NAMES: dict[Callable[[Path, bytes, Limits], Document], str] = {
     extract_docx: "DOCX",
     extract_image: "image",
     extract_eml: "e-mail",
+    extract_msg: "Outlook message",
     extract_pptx: "PPTX",
     extract_xlsx: "XLSX",
     extract_odf: "OpenDocument",

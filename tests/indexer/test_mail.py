@@ -165,3 +165,63 @@ def test_the_preview_of_an_attachment_hit_shows_the_attachments_text(tmp_path: P
     verified = Verified(str(tmp_path / "mail.eml"), data)
     assert "escrow" in _extracted(verified, "lease.pdf").text
     assert "saxophone" in _extracted(verified, "").text
+
+
+def test_an_outlook_msg_with_a_pdf_attached_is_indexed_with_its_parent(tmp_path: Path) -> None:
+    """The .msg is built byte by byte (a compound file, MAPI property streams)."""
+    from datetime import UTC, datetime
+
+    from tests.indexer.msg_files import make_msg, message_entries
+
+    pdf = make_pdf(tmp_path / "p.pdf", ["Cover.", "The lessee shall insure the warehouse."])
+    inner = message_entries(
+        "Earlier thread", "Eve <eve@example.com>", "bob@example.com", "The ocelot clause.",
+        [("note.txt", b"A marmoset addendum.")], embedded=True,
+    )  # fmt: skip
+    root, db = tmp_path / "docs", str(tmp_path / "db")
+    root.mkdir()
+    (root / "outlook.msg").write_bytes(
+        make_msg(
+            "Warehouse lease", "Alice Archer <alice@example.com>", "bob@example.com",
+            "Signed copy attached; the flamingo stays.",
+            [("lease.pdf", pdf.read_bytes()), ("thread.msg", inner), ("x.bin", b"\0\1\2")],
+            when=datetime(2026, 11, 30, 9, 30, tzinfo=UTC),
+        )
+    )  # fmt: skip
+    report = index_into(db, root)
+    assert not report.failed
+    assert any("'x.bin' skipped: unsupported file type" in w for _, w in report.warnings)
+    insure = _search(db, "insure warehouse")[0]
+    assert (insure.part, insure.page, insure.email_subject) == ("lease.pdf", 2, "Warehouse lease")
+    assert insure.email_date == "2026-11-30T09:30:00+00:00"
+    assert insure.email_from == "Alice Archer <alice@example.com>"
+    assert _search(db, "flamingo")[0].part == ""
+    assert _search(db, "ocelot")[0].email_subject == "Earlier thread"
+    assert _search(db, "marmoset")[0].part == "thread.msg › note.txt"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 600, "corrupt .msg"),
+        (b"From: someone\n\nnot OLE2", "not an Outlook message"),
+    ],
+)
+def test_a_corrupt_msg_fails_alone_with_a_reason(data: bytes, reason: str) -> None:
+    from docsearch.errors import ExtractionError
+
+    with pytest.raises(ExtractionError, match=reason):
+        extract(Path("x.msg"), data, limits=Limits())
+
+
+def test_embedded_msgs_nested_past_the_depth_are_skipped(tmp_path: Path) -> None:
+    from tests.indexer.msg_files import make_msg, message_entries
+
+    nested = message_entries("level 0", "a <a@x>", "b@x", "bottom", [], embedded=True)
+    for level in range(1, MAX_DEPTH + 3):
+        nested = message_entries(f"level {level}", "a <a@x>", "b@x", f"body {level}",
+                                 [(f"l{level}.msg", nested)], embedded=True)  # fmt: skip
+    data = make_msg("top", "a <a@x>", "b@x", "top body", [("l.msg", nested)])
+    doc = extract(Path("deep.msg"), data, limits=Limits())
+    assert len(doc.attachments) == MAX_DEPTH
+    assert any(f"nested more than {MAX_DEPTH} deep" in w for w in doc.warnings)

@@ -15,6 +15,7 @@ from docsearch.indexer.extract import Limits, extract
 from docsearch.indexer.readers.legacy import converter
 from docsearch.retriever import Retriever
 from tests.helpers import run_cli
+from tests.indexer.msg_files import make_msg
 from tests.indexer.office_files import (
     make_epub,
     make_odp,
@@ -52,6 +53,10 @@ def one_of_each(root: Path) -> Path:
     mail["Subject"], mail["From"], mail["To"] = "Site visit", "carol@example.com", "dan@example.com"
     mail.set_content("The ibex survey is attached.")
     (root / "visit.eml").write_bytes(mail.as_bytes())
+    message = make_msg(
+        "Audit", "Erin <erin@example.com>", "dan@example.com", "The dugong audit.", []
+    )
+    (root / "audit.msg").write_bytes(message)
     return root
 
 
@@ -85,6 +90,8 @@ def test_a_folder_of_each_new_type_indexes_and_each_is_found_with_its_provenance
     assert tapir.location.endswith("Maintenance")  # ...of a chunk that may start in chapter 1
     ibex = top("ibex survey")
     assert (Path(ibex.path).name, ibex.email_subject) == ("visit.eml", "Site visit")
+    dugong = top("dugong audit")
+    assert (Path(dugong.path).name, dugong.email_from) == ("audit.msg", "Erin <erin@example.com>")
     shown = run_cli("search", "quokka", "--db", db, "--collection", "c", "--mode", "lexical")
     assert "Budget, rows 101-200" in shown.stdout
 
@@ -98,6 +105,7 @@ CORRUPT = {
     "bad.epub": "corrupt EPUB",
     "bad.rtf": "not an RTF file",
     "bad.doc": "not a legacy Word file",
+    "bad.msg": "not an Outlook message",
 }
 
 

@@ -1,4 +1,4 @@
-"""E-mail: .eml (the standard library's `email`) and, through `outlook`, Outlook .msg.
+"""E-mail: .eml (the standard library's `email`) and Outlook .msg (parsed by `outlook`).
 
 A message is a document (its subject, from, to and date as the first lines, then its body, the
 plain text part or else the HTML one) whose attachments are documents of their own, read by the
@@ -48,10 +48,12 @@ _budget: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("mail",
 
 @dataclass(frozen=True)
 class Attachment:
-    """One attachment of a message, as the readers take it: a file name and its bytes."""
+    """One attachment of a message, as the readers take it: a file name and its bytes, or a
+    message already parsed (an Outlook message embedded in another has no bytes of its own)."""
 
     name: str
     data: bytes
+    message: Message | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,10 @@ def _read_attachments(
         budget.attachments -= 1
         budget.depth += _is_message(name)
         try:
-            inner = read(Path(name), attachment.data, limits=limits)
+            if attachment.message is not None:
+                inner = message_document(Path(name), attachment.message, limits, read)
+            else:
+                inner = read(Path(name), attachment.data, limits=limits)
         except ExtractionError as exc:
             doc.warnings.append(f"attachment {name!r} skipped: {exc}")
             continue
