@@ -75,6 +75,10 @@ def test_an_eml_with_a_pdf_and_a_docx_attached_gives_three_documents(tmp_path: P
     assert escrow.email_date == "2026-12-01T10:00:00+00:00"
     assert "attachment lease.pdf" in escrow.provenance and "Lease documents" in escrow.provenance
     assert escrow.as_dict()["part"] == "lease.pdf"
+    from docsearch.app.web.actions import hit_html
+
+    shown = hit_html(1, escrow, "c", str(root))  # the UI names the message it came in
+    assert "attachment lease.pdf · e-mail &#x27;Lease documents&#x27; from Alice" in shown
     assert _search(db, "walrus")[0].part == "schedule.docx"
     body = _search(db, "saxophone")[0]
     assert body.part == "" and body.title == "Lease documents"
