@@ -135,6 +135,15 @@ def test_a_doc_without_a_converter_names_the_install_line(
 
 
 @pytest.mark.skipif(converter() is None, reason="no .doc converter (antiword, soffice) here")
+def test_an_ole2_file_that_is_no_word_document_fails_with_the_converters_reason() -> None:
+    from tests.indexer.msg_files import make_msg
+
+    outlook = make_msg("not Word", "a <a@x>", "b@x", "body", [])  # OLE2, but a message
+    with pytest.raises(ExtractionError, match="could not read it"):
+        extract(Path("mislabelled.doc"), outlook, limits=Limits())
+
+
+@pytest.mark.skipif(converter() is None, reason="no .doc converter (antiword, soffice) here")
 def test_a_doc_is_read_through_the_converter(tmp_path: Path) -> None:
     soffice = shutil.which("soffice")
     if soffice is None:
