@@ -229,3 +229,20 @@ def test_embedded_msgs_nested_past_the_depth_are_skipped(tmp_path: Path) -> None
     doc = extract(Path("deep.msg"), data, limits=Limits())
     assert len(doc.attachments) == MAX_DEPTH
     assert any(f"nested more than {MAX_DEPTH} deep" in w for w in doc.warnings)
+
+
+def test_a_message_streamed_in_groups_keeps_one_document_row_per_document(tmp_path: Path) -> None:
+    """More chunks than a commit group: the file is written a group at a time (StreamedFile),
+    each of its documents still gets its own row."""
+    root, db = tmp_path / "docs", str(tmp_path / "db")
+    root.mkdir()
+    (root / "mail.eml").write_bytes(lease_mail(tmp_path))
+    index_into(db, root, options={"max_tokens": 8}, commit_chunks=2)
+    store = Store.open(db, "c")
+    assert store.count_chunks() > 6
+    rows = store.docs.to_arrow().to_pylist()
+    assert sorted(r["title"] for r in rows) == ["Lease documents", "Schedule", "untitled"]
+    by_doc = {r["doc_id"]: r["n_chunks"] for r in rows}
+    for doc_id, count in by_doc.items():
+        assert store.count_chunks(f"doc_id = '{doc_id}'") == count
+    assert _search(db, "escrow")[0].part == "lease.pdf"
