@@ -1,5 +1,7 @@
-"""Outlook .msg files built byte by byte: a Compound File Binary (CFB, version 3) writer small
-enough to read, and the MAPI property streams Outlook writes into it ([MS-CFB], [MS-OXMSG])."""
+"""Outlook .msg and Word 97 .doc files built byte by byte: a Compound File Binary (CFB, version 3)
+writer small enough to read, the MAPI property streams Outlook writes into it ([MS-CFB],
+[MS-OXMSG]), and the least a Word binary file needs to be read ([MS-DOC]: a FIB, the text, one
+piece in the piece table)."""
 
 from __future__ import annotations
 
@@ -164,3 +166,28 @@ def message_entries(
 
 def make_msg(*args: object, **kwargs: object) -> bytes:
     return compound_file(message_entries(*args, **kwargs))  # type: ignore[arg-type]
+
+
+def make_doc(text: str) -> bytes:
+    """A Word 97 .doc holding `text` (each line a paragraph), 8-bit text in one piece."""
+    body = (text.replace("\n", "\r") + "\r").encode("cp1252")
+    start = 0x400  # the text follows the FIB
+    fib = bytearray(start)
+    struct.pack_into("<HHHHHH", fib, 0, 0xA5EC, 0x00C1, 0, 0x0409, 0, 0x0200)  # 1Table
+    struct.pack_into("<H", fib, 0x0C, 0x00BF)
+    struct.pack_into("<II", fib, 0x18, start, start + len(body))  # fcMin, fcMac
+    struct.pack_into("<H", fib, 0x20, 14)  # csw
+    struct.pack_into("<H", fib, 0x3E, 22)  # cslw
+    struct.pack_into("<I", fib, 0x40, start + len(body))  # cbMac
+    struct.pack_into("<I", fib, 0x4C, len(body))  # ccpText
+    struct.pack_into("<H", fib, 0x98, 93)  # cbRgFcLcb
+    # One piece: characters 0..len at byte `start`, compressed (8-bit: fc * 2 | 0x40000000).
+    pieces = struct.pack("<II", 0, len(body)) + struct.pack("<HIH", 0, start * 2 | 0x40000000, 0)
+    clx = b"\x02" + struct.pack("<I", len(pieces)) + pieces
+    struct.pack_into("<II", fib, 0x1A2, 0, len(clx))  # fcClx, lcbClx
+    # An empty style sheet (no styles), after the piece table: readers expect one.
+    stylesheet = struct.pack("<H", 18) + struct.pack("<HHHHHH", 0, 10, 1, 0, 0, 0) + b"\0" * 6
+    struct.pack_into("<II", fib, 0xA2, len(clx), len(stylesheet))  # fcStshf, lcbStshf
+    word = (bytes(fib) + body).ljust(CUTOFF, b"\0")
+    table = (clx + stylesheet).ljust(CUTOFF, b"\0")
+    return compound_file([Entry("WordDocument", word), Entry("1Table", table)])
