@@ -184,3 +184,18 @@ def test_hostile_folder_fails_each_bad_file_alone(tmp_path: Path) -> None:
     retriever = Retriever("c", db=str(tmp_path / "db"))
     assert Path(retriever.search("kestrel", k=1, mode="lexical")[0].path).name == "huge.pptx"
     assert Path(retriever.search("tapir filter", k=1, mode="lexical")[0].path).name == "manual.epub"
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [("deck.pptx", "pptx"), ("budget.xlsx", "openpyxl"), ("ruling.rtf", "striprtf.striprtf")],
+)
+def test_a_missing_reader_library_names_its_install_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, module: str
+) -> None:
+    import sys
+
+    source = one_of_each(tmp_path / "docs") / name
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: import fails
+    with pytest.raises(ExtractionError, match=r"pip install 'docsearch\[office\]'"):
+        extract(source, limits=Limits())
