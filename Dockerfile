@@ -9,7 +9,7 @@ FROM python:3.11-slim-bookworm
 
 # cpu: torch from the CPU wheel index; cuda: CUDA 12.8 wheels plus the flash-attn extra.
 ARG VARIANT=cpu
-ARG EXTRAS=ui,ocr
+ARG EXTRAS=ui,ocr,office
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -18,10 +18,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     DOCSEARCH_HOME=/data \
     HF_HOME=/data/huggingface
 
-# OCR: the Tesseract engine, and the system libraries OpenCV (under RapidOCR) loads.
+# OCR: the Tesseract engine, and the system libraries OpenCV (under RapidOCR) loads; antiword
+# reads legacy Word .doc files.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends tesseract-ocr libgl1 libglib2.0-0 \
+    && apt-get install -y --no-install-recommends tesseract-ocr libgl1 libglib2.0-0 antiword \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/docsearch

@@ -73,6 +73,7 @@ from docsearch.indexer.store import (
     candidate,
     resolve_collection,
     sql_in,
+    sql_str,
 )
 from docsearch.similar import (
     MAX_TERMS,
@@ -134,6 +135,33 @@ class Passage(ChunkView):
             return str(self.page_start)
         return f"{self.page_start}-{self.page_end}"
 
+    @property
+    def page(self) -> int | None:
+        """The page where the snippet's first marked word is (a pin cite), None if unknown."""
+        return self.page_of(self.snippet.anchor)
+
+    @property
+    def provenance(self) -> str:
+        """Where the text comes from beyond path and page, in one line ("" for most files): the
+        attachment it is and the message it came in, a sheet's rows or a chapter."""
+        parts = []
+        if self.part:
+            parts.append(f"attachment {self.part}")
+        if self.email_subject or self.email_from:
+            mail = f"e-mail {self.email_subject!r}" if self.email_subject else "e-mail"
+            mail += f" from {self.email_from}" if self.email_from else ""
+            mail += f" to {self.email_to}" if self.email_to else ""
+            parts.append(mail + (f", {self.email_date}" if self.email_date else ""))
+        if self.location:
+            parts.append(self.location)
+        return " · ".join(parts)
+
+    @property
+    def cite(self) -> str:
+        """The page as a result shows it: the marked words' page, else the chunk's pages."""
+        page = self.page
+        return self.pages if page is None else str(page)
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready data; `snippet` is the marked text (`**term**`)."""
         passage = self.snippet
@@ -142,6 +170,8 @@ class Passage(ChunkView):
             "snippet_marks": passage.marks,  # spans of the snippet's unmarked text
             "snippet_span": (passage.char_start, passage.char_end),  # in the document's text
             "pages": self.pages,
+            "page": self.page,
+            "provenance": self.provenance,
         }
 
 
@@ -673,14 +703,14 @@ class Retriever:
             for doc in top
         }
         unreached = self._passages_of(
-            [doc_paths[d] for d in top if not shown_chunks[d]], query, words, vector
+            {d: doc_paths[d] for d in top if not shown_chunks[d]}, query, words, vector
         )
         hits: list[Hit] = []
         for doc in top:
             passages = [
                 Passage(**_view(one, query), score=chunks.fused[one.chunk_id])
                 for one in shown_chunks[doc]
-            ] or unreached.get(doc_paths[doc], [])
+            ] or unreached.get(doc, [])
             if not passages:  # deleted since the legs read it: no chunk of it is left to show
                 continue
             best_passage = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
@@ -744,38 +774,40 @@ class Retriever:
         return legs
 
     def _passages_of(
-        self, paths: Sequence[str], query: str, words: str, vector: Any
+        self, docs: dict[str, str], query: str, words: str, vector: Any
     ) -> dict[str, list[Passage]]:
-        """path -> the best passages of each document no chunk leg's pool reached: by BM25
-        of `words` within them (one search for all), else by the query vector, else its opening chunk
-        (its match was on words chunks do not index, such as stop words)."""
-        if not paths:
+        """doc_id -> the best passages of each document (`docs`: doc_id -> its path) no chunk
+        leg's pool reached: by BM25 of `words` within them (one search for all), else by the
+        query vector, else its opening chunk (its match was on words chunks do not index, such
+        as stop words). A file may hold several documents (an e-mail's attachments)."""
+        if not docs:
             return {}
-        found: dict[str, list[Candidate]] = {path: [] for path in paths}
+        found: dict[str, list[Candidate]] = {doc: [] for doc in docs}
         # Deep enough that each document almost always gets its passages from this one search
         # (a search per document cost 4 ms each at 100k chunks); were it filled, one that got
         # none is searched alone.
-        depth = min(MAX_K, 20 * MAX_PASSAGES * len(paths))
+        depth = min(MAX_K, 20 * MAX_PASSAGES * len(docs))
+        paths = sorted(set(docs.values()))
         together = self.store.search_text(words, depth, ChunkFilter(paths=paths), text=False)
         for one in together:
-            if len(found[one.path]) < MAX_PASSAGES:
-                found[one.path].append(one)
+            if one.doc_id in found and len(found[one.doc_id]) < MAX_PASSAGES:
+                found[one.doc_id].append(one)
         chosen = self.store.with_text([one for cands in found.values() for one in cands])
-        found = {path: [one for one in chosen if one.path == path] for path in paths}
-        for path, cands in found.items():
-            only = ChunkFilter(paths=[path])
+        found = {doc: [one for one in chosen if one.doc_id == doc] for doc in docs}
+        for doc, cands in found.items():
+            only = ChunkFilter(paths=[docs[doc]], where=f"doc_id = {sql_str(doc)}")
             if not cands and len(together) == depth:
                 cands += self.store.search_text(words, MAX_PASSAGES, only)
             if not cands and vector is not None:
                 cands += self.store.search_vector(vector, MAX_PASSAGES, only)
             if not cands:
-                rows = self.store.rows(
-                    ChunkFilter(paths=[path], where="ordinal = 0"), RESULT_COLUMNS
+                opening = ChunkFilter(
+                    paths=[docs[doc]], where=f"doc_id = {sql_str(doc)} AND ordinal = 0"
                 )
-                cands += [candidate(row, 0.0) for row in rows]
+                cands += [candidate(row, 0.0) for row in self.store.rows(opening, RESULT_COLUMNS)]
         return {
-            path: [Passage(**_view(one, query), score=one.score) for one in cands]
-            for path, cands in found.items()
+            doc: [Passage(**_view(one, query), score=one.score) for one in cands]
+            for doc, cands in found.items()
         }
 
     def _bm25_words(self, query: str) -> str:

@@ -245,16 +245,19 @@ def test_documents_no_chunk_pool_reached_get_the_passages_a_search_within_each_f
     """One full-text search over all of them picks what a search per document would."""
     retriever = Retriever("samples", db=samples_db)
     query = "confidential information supplier patient pump agreement"
-    paths = sorted({c.path for c in retriever.store.search_text(query, 100, None)})
-    assert len(paths) >= 4
-    together = retriever._passages_of(paths, query, query, None)
-    assert set(together) == set(paths)
-    for path in paths:
+    docs = {c.doc_id: c.path for c in retriever.store.search_text(query, 100, None)}
+    assert len(docs) >= 4
+    together = retriever._passages_of(docs, query, query, None)
+    assert set(together) == set(docs)
+    for doc, path in docs.items():
         alone = retriever.store.search_text(query, MAX_PASSAGES, ChunkFilter(paths=[path]))
-        assert [p.chunk_id for p in together[path]] == [c.chunk_id for c in alone], path
-        assert [p.score for p in together[path]] == pytest.approx([c.score for c in alone])
-    shown = retriever._passages_of(["/nowhere/at/all.txt", paths[0]], query, query, None)
-    assert shown["/nowhere/at/all.txt"] == [] and shown[paths[0]] == together[paths[0]]
+        assert [p.chunk_id for p in together[doc]] == [c.chunk_id for c in alone], path
+        assert [p.score for p in together[doc]] == pytest.approx([c.score for c in alone])
+    first = next(iter(docs))
+    shown = retriever._passages_of(
+        {"nothing": "/nowhere/at/all.txt", first: docs[first]}, query, query, None
+    )
+    assert shown["nothing"] == [] and shown[first] == together[first]
 
 
 def _chunk(chunk_id: str, text: str, score: float) -> Candidate:

@@ -351,12 +351,14 @@ def _bad_inputs(tmp_path: Path) -> list[tuple[Path, str]]:
     (tmp_path / "dashes.txt").write_text("---- !!! ____\n")
     (tmp_path / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj garbage\x00\xff" * 3)
     (tmp_path / "sheet.xlsx").write_bytes(b"PK\x03\x04")
+    (tmp_path / "sheet.numbers").write_bytes(b"PK\x03\x04")
     cases = [
         (tmp_path / "empty.txt", "empty"),
         (tmp_path / "blank.md", "empty file"),
         (tmp_path / "dashes.txt", "has no words to compare"),
         (tmp_path / "corrupt.pdf", "PDF"),
-        (tmp_path / "sheet.xlsx", "unsupported file type"),
+        (tmp_path / "sheet.xlsx", "corrupt XLSX"),
+        (tmp_path / "sheet.numbers", "unsupported file type"),
         (tmp_path / "missing.txt", "neither a file nor a document"),
         (tmp_path, "is a folder"),
     ]

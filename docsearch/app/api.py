@@ -254,20 +254,22 @@ def _document_rows(state: ServerState, name: str, doc_id: str) -> list[dict[str,
     if not _DOC_ID.match(doc_id):
         raise ApiError(404, "no such document: ids are 16 hex digits, as in search hits")
     store = state.retriever(name).store
-    rows = store.rows(f"doc_id = '{doc_id}'", columns=[*PASSAGE_COLUMNS, "path", "title", "text"])
+    columns = [*PASSAGE_COLUMNS, "path", "part", "title", "text"]
+    rows = store.rows(f"doc_id = '{doc_id}'", columns=columns)
     if not rows:
         raise ApiError(404, f"no document {doc_id} in collection {name!r}")
     return sorted(rows, key=lambda r: r["ordinal"])
 
 
-def _document_path(store: Store, name: str, doc_id: str) -> str:
-    """The path of a document of the collection, read from one of its chunks; 404 without."""
+def _document_path(store: Store, name: str, doc_id: str) -> tuple[str, str]:
+    """The path of a document of the collection and its part (an attachment's chain of names,
+    "" for the file's own document), read from its first chunk; 404 without."""
     if not _DOC_ID.match(doc_id):
         raise ApiError(404, "no such document: ids are 16 hex digits, as in search hits")
-    rows = store.rows(f"doc_id = '{doc_id}' AND ordinal = 0", columns=["path"])
+    rows = store.rows(f"doc_id = '{doc_id}' AND ordinal = 0")  # every column: "part" is newer
     if not rows:
         raise ApiError(404, f"no document {doc_id} in collection {name!r}")
-    return str(rows[0]["path"])
+    return str(rows[0]["path"]), str(rows[0].get("part") or "")
 
 
 def _uploaded(state: ServerState, upload: UploadFile, request: Request) -> Document:
@@ -402,6 +404,7 @@ def add_routes(app: FastAPI) -> None:
         return {
             "doc_id": doc_id,
             "path": rows[0]["path"],
+            "part": rows[0].get("part", ""),  # the attachment it is, in an e-mail
             "title": rows[0]["title"],
             "pages": max(r["page_end"] for r in rows),
             "record": asdict(record) if record else None,
@@ -420,9 +423,9 @@ def add_routes(app: FastAPI) -> None:
 
         who.require(name)
         store = state_of(request).retriever(name).store
-        path = _document_path(store, name, doc_id)
+        path, part = _document_path(store, name, doc_id)
         try:  # from the stored chunks: the document is not extracted again
-            text = page_text(store, path, doc_id, number)
+            text = page_text(store, path, doc_id, number, part)
         except PageNotFound as exc:
             raise ApiError(404, str(exc)) from None
         return {"doc_id": doc_id, "number": number, "text": text}

@@ -39,6 +39,7 @@ def doctor(
         health["failed_files"] = failed
         records = store.file_records().values()
         health["ocr_pages"] = {r.path: r.ocr_pages for r in records if r.ocr_pages}
+        health["encodings"] = {r.path: r.encoding for r in records if r.encoding}
         health["encoder"] = store.meta.encoder
         health["pending_files"] = store.pending_paths()
         health["unrecorded_files"] = store.unrecorded_paths()
@@ -87,5 +88,8 @@ def _print_doctor(report: dict[str, Any]) -> None:
             )
         if h["ocr_pages"]:
             typer.echo(f"  {len(h['ocr_pages'])} files have pages read by OCR (see --json)")
+        other = {path: codec for path, codec in h["encodings"].items() if codec != "utf-8"}
+        if other:
+            typer.echo(f"  {len(other)} text files read in encodings other than UTF-8 (see --json)")
         for path, reason in h["failed_files"].items():
             typer.echo(f"  failed: {path}: {reason}")

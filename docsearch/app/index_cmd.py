@@ -84,7 +84,10 @@ def index(
     """Index a folder into a collection (incremental: only new or changed files are embedded).
 
     The collection is named after the folder unless --collection says otherwise. Supported:
-    PDF, .txt, .md, .html, .docx, and images (.png, .jpg, .tif) and scanned PDF pages by OCR. Files that cannot be read are reported and skipped (exit 3).
+    PDF, .txt, .md, .html, .docx, e-mail (.eml, .msg, attachments included), .pptx, .xlsx,
+    .odt/.ods/.odp, .rtf, .epub, .doc (with antiword or LibreOffice), and images (.png, .jpg,
+    .tif) and scanned PDF pages by OCR. Files that cannot be read are reported and skipped
+    (exit 3).
     """
     from docsearch.app.progress import ConsoleProgress
     from docsearch.config import Settings

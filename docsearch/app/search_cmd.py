@@ -75,12 +75,14 @@ def _format_hit(rank: int, hit: Any) -> str:
     legs = leg_scores(hit)
     lines = [
         f"{rank}. {hit.title or Path(hit.path).name}",
-        f"   {short_path(hit.path)}  p. {hit.pages}{' (OCR)' * hit.ocr}  score {hit.score:.4f} ({legs})",
+        f"   {short_path(hit.path)}  p. {hit.cite}{' (OCR)' * hit.ocr}  score {hit.score:.4f} ({legs})",
     ]
+    if hit.provenance:
+        lines.append(f"   {hit.provenance}")
     if hit.heading_path:
         lines.append(f"   § {hit.heading_path}")
     if hit.passages:
-        lines += [f"   p. {p.pages}: {p.snippet.marked()}" for p in hit.passages]
+        lines += [f"   p. {p.cite}: {p.snippet.marked()}" for p in hit.passages]
     else:
         lines.append(f"   {hit.snippet.marked()}")
     return "\n".join(lines)

@@ -60,6 +60,9 @@ class Chunk:
     heading_path: str  # "ARTICLE 7 > 7.2 Termination"
     n_tokens: int
     truncated: bool = False  # the encoder will cut it (only when a single token run is too long)
+    # Where each page after its first starts inside it, as (offset in Document.text, page
+    # number): the page of any word in it (a pin cite), without the document at hand.
+    page_breaks: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,7 @@ class Chunker:
                 heading_path=headings.path_at(span.start),
                 n_tokens=n,
                 truncated=n > self.settings.max_tokens,
+                page_breaks=section.breaks(span),
             )
             for i, (span, n) in enumerate(zip(spans, counts, strict=True))
         ]
@@ -397,6 +401,13 @@ class Section:
         """The page number holding character `char` of `text`."""
         i = bisect_right(self.pages, (char, float("inf"))) - 1
         return self.pages[max(0, i)][1]
+
+    def breaks(self, span: Span) -> tuple[tuple[int, int], ...]:
+        """The pages that start inside `span` (after its first character), as (offset in the
+        document's text, page number)."""
+        first = bisect_right(self.pages, (span.start, float("inf")))
+        inside = self.pages[first : bisect_left(self.pages, (span.end, -1))]
+        return tuple((self.offset + at, number) for at, number in inside)
 
 
 class _SectionBuffer:

@@ -30,7 +30,8 @@ from docsearch.errors import UsageError
 # in step). Lance's own row-address columns (_rowid...) are not offered.
 FILTER_COLUMNS = frozenset(
     "id doc_id path title text ordinal page_start page_end char_start char_end heading_path "
-    "n_tokens truncated file_sha256 text_sha ocr".split()
+    "n_tokens truncated file_sha256 text_sha ocr part location email_subject email_from email_to "
+    "email_date page_breaks".split()
 )
 KEYWORDS = frozenset("AND OR NOT IS NULL TRUE FALSE IN LIKE ILIKE BETWEEN".split())
 FUNCTIONS = frozenset({"lower", "upper"})  # case-insensitive matching; nothing that can fail

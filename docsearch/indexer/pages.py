@@ -11,6 +11,7 @@ Not here: the extraction that lays pages out (`extract.build_document`, `PageSin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,22 @@ def encode_starts(starts: Sequence[int]) -> str:
     return ",".join(str(b - a) for a, b in zip([0, *starts], starts, strict=False))
 
 
+def encode_file_starts(doc: Document) -> str:
+    """The page starts of a file's record: its one document's, or for a file that holds several
+    (an e-mail and its attachments) a JSON map from each document's `part` to its starts."""
+    documents = doc.documents()
+    if len(documents) == 1:
+        return encode_starts(page_starts(doc))
+    return json.dumps({one.part: encode_starts(page_starts(one)) for one in documents})
+
+
+def starts_of(recorded: str, part: str) -> list[int]:
+    """The page starts of the document `part` of a file (its main one: "") from its record."""
+    if recorded.startswith("{"):
+        return decode_starts(json.loads(recorded).get(part, ""))
+    return [] if part else decode_starts(recorded)
+
+
 def decode_starts(text: str) -> list[int]:
     starts, at = [], 0
     for gap in text.split(",") if text else []:
@@ -50,13 +67,14 @@ class PageNotFound(LookupError):
     """No such page, or the document was indexed before page starts were recorded."""
 
 
-def page_text(store: Store, path: str, doc_id: str, number: int) -> str:
-    """Page `number` (1-based) of the document at `path`, from its chunks; PageNotFound
-    without one (or without its page starts: indexed before they were recorded)."""
+def page_text(store: Store, path: str, doc_id: str, number: int, part: str = "") -> str:
+    """Page `number` (1-based) of the document `part` of the file at `path` (an attachment's
+    chain of names; "" for the file's own), from its chunks; PageNotFound without one (or
+    without its page starts: indexed before they were recorded)."""
     from docsearch.indexer.filters import sql_str
 
     record = store.file_record(path)
-    starts = decode_starts(record.page_starts) if record else []
+    starts = starts_of(record.page_starts, part) if record else []
     if not starts:
         raise PageNotFound(
             "where its pages start was not recorded (indexed by an older docsearch): "

@@ -51,8 +51,9 @@ from docsearch.indexer.chunk import Chunk, Chunker
 from docsearch.indexer.extract import Document, Limits, open_limited, ranges, read_limited
 from docsearch.indexer.extract_process import extract_guarded
 from docsearch.indexer.heap import release_free_memory
-from docsearch.indexer.pages import encode_starts, page_starts
+from docsearch.indexer.pages import encode_file_starts
 from docsearch.indexer.plan import Plan, WorkItem, sha256_bytes
+from docsearch.indexer.readers.mail import MAIL_META
 from docsearch.indexer.store import DocumentBuilder, FileRecord, FileUpdate, Store
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,8 @@ def extract_file(
     warnings = [paths.one_line(w) for w in doc.warnings]
     record.reason = "; ".join(warnings)
     record.ocr_pages = ranges(doc.ocr_pages)
-    record.page_starts = encode_starts(page_starts(doc))
+    record.page_starts = encode_file_starts(doc)
+    record.encoding = doc.encoding
     return FileOutcome(record, kind, doc, warnings=warnings, old=old)
 
 
@@ -292,30 +294,40 @@ def chunk_file(outcome: FileOutcome, chunker: Chunker, report: IndexReport) -> l
 def file_rows(
     outcome: FileOutcome, chunker: Chunker, report: IndexReport
 ) -> Iterator[dict[str, Any]]:
-    """The chunk rows of an extracted file as the chunker makes them (a section at a time);
-    once they are all made, its record has its chunk count and title."""
+    """The chunk rows of an extracted file as the chunker makes them (a section at a time),
+    the file's own document's first, then its attachments' (each a document of its own); once
+    they are all made, its record has its chunk count and title."""
     doc = outcome.doc
     assert doc is not None  # only extracted files are chunked
     outcome.record.n_chunks, outcome.record.title = 0, doc.title
-    for row in iter_chunk_rows(doc, chunker.chunk_pages(doc.iter_pages()), outcome.record.sha256):
-        report.truncated += row["truncated"]
-        outcome.record.n_chunks += 1
-        yield row
+    for one in doc.documents():
+        chunks = chunker.chunk_pages(one.iter_pages())
+        for row in iter_chunk_rows(one, chunks, outcome.record.sha256):
+            report.truncated += row["truncated"]
+            outcome.record.n_chunks += 1
+            yield row
 
 
 def chunk_rows(doc: Document, chunks: Sequence[Chunk], file_sha: str) -> list[dict[str, Any]]:
     return list(iter_chunk_rows(doc, chunks, file_sha))
 
 
+def document_key(doc: Document) -> str:
+    """What names a document among a file's: its path, and its chain of attachments if any."""
+    return f"{doc.path}\0{doc.part}" if doc.part else doc.path
+
+
 def iter_chunk_rows(
     doc: Document, chunks: Iterable[Chunk], file_sha: str
 ) -> Iterator[dict[str, Any]]:
-    did, ocr_pages = doc_id(doc.path), set(doc.ocr_pages)
+    key, ocr_pages = document_key(doc), set(doc.ocr_pages)
+    did = doc_id(key)
+    provenance = {"part": doc.part, **dict.fromkeys(MAIL_META, "")} | doc.meta
     for c in chunks:
         sha = text_sha(c.text)
         yield (
             {
-                "id": chunk_id(doc.path, c.ordinal, sha),
+                "id": chunk_id(key, c.ordinal, sha),
                 "doc_id": did,
                 "path": doc.path,
                 "title": doc.title,
@@ -331,6 +343,9 @@ def iter_chunk_rows(
                 "file_sha256": file_sha,
                 "text_sha": sha,
                 "ocr": not ocr_pages.isdisjoint(range(c.page_start, c.page_end + 1)),
+                "location": doc.label(c.page_start, c.page_end),
+                "page_breaks": " ".join(f"{at}:{number}" for at, number in c.page_breaks),
+                **provenance,
             }
         )
 
@@ -575,7 +590,7 @@ class StreamedFile:
 
     def __init__(self, job: Job, checkpoint: VectorCheckpoint | None) -> None:
         self.job, self.checkpoint = job, checkpoint
-        self.document = DocumentBuilder()
+        self.documents: dict[str, DocumentBuilder] = {}  # doc_id -> its row (a file holds several)
         self.fragments: list[tuple[str, Any]] = []
         self.groups = 0
         job.store.add_ocr_columns()  # before fragments take the table's schema
@@ -589,14 +604,16 @@ class StreamedFile:
             budget, progress = job.token_budget, job.progress
             embed_rows(rows, job.encoder, job.store, job.report, budget, progress, self.checkpoint)
         self.fragments += job.store.write_fragments(rows, documents=[])
-        self.document.add(rows)
+        for did, group in itertools.groupby(rows, key=lambda row: row["doc_id"]):
+            self.documents.setdefault(did, DocumentBuilder()).add(list(group))
         release_free_memory()
         job.report.chunks_written += len(rows)
         self.groups += 1
 
     def commit(self, outcome: FileOutcome) -> None:
         store = self.job.store
-        self.fragments += store.write_fragments([], documents=[self.document.row()])
+        documents = [builder.row() for builder in self.documents.values()]
+        self.fragments += store.write_fragments([], documents=documents)
         store.commit([outcome.update([])], fragments=self.fragments)
         release_free_memory()
         if self.checkpoint and self.checkpoint.used:

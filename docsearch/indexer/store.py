@@ -94,6 +94,7 @@ class FileRecord:
     title: str = ""
     ocr_pages: str = ""  # pages whose text OCR read ("1-3, 7")
     page_starts: str = ""  # where each page starts in the text, as gaps ("0,1834,177"); `pages`
+    encoding: str = ""  # a text, Markdown or HTML file's encoding as read ("utf-8", "cp1252"...)
 
 
 @dataclass
@@ -125,6 +126,33 @@ class ChunkView:
     doc_id: str
     ordinal: int
     ocr: bool  # some of its text was read by OCR
+    # Provenance (columns added later: a collection from before them reads them as empty). The
+    # chain of attachments leading to its document in the file ("" for the file's own), where
+    # its pages are when a number is not enough (a sheet's rows, a chapter), its e-mail's
+    # subject, from, to and date (an attachment has its message's).
+    part: str = field(default="", kw_only=True)
+    location: str = field(default="", kw_only=True)
+    email_subject: str = field(default="", kw_only=True)
+    email_from: str = field(default="", kw_only=True)
+    email_to: str = field(default="", kw_only=True)
+    email_date: str = field(default="", kw_only=True)
+    # Where pages after page_start begin inside it: "offset:page ..." (offsets in the
+    # document's text); what says the page of a word in a chunk over several pages.
+    page_breaks: str = field(default="", kw_only=True)
+
+    def page_of(self, char: int) -> int | None:
+        """The page holding character `char` of the document's text, if this chunk says (one
+        over several pages indexed before page breaks were recorded does not: None)."""
+        if self.page_start == self.page_end:
+            return self.page_start
+        if not self.page_breaks:
+            return None
+        page = self.page_start
+        for at, number in (pair.split(":") for pair in self.page_breaks.split()):
+            if int(at) > char:
+                break
+            page = int(number)
+        return page
 
 
 @dataclass(frozen=True)
@@ -223,7 +251,14 @@ def collection_name_for(folder_name: str) -> str:
 CHUNK_COLUMNS = (
     "id:string doc_id:string path:string title:string text:string ordinal:int32 "
     "page_start:int32 page_end:int32 char_start:int64 char_end:int64 heading_path:string "
-    "n_tokens:int32 truncated:bool_ file_sha256:string text_sha:string ocr:bool_"
+    "n_tokens:int32 truncated:bool_ file_sha256:string text_sha:string ocr:bool_ "
+    "part:string location:string email_subject:string email_from:string email_to:string "
+    "email_date:string page_breaks:string"
+)
+# Columns added after collections existed without them, with the value their old rows get: a
+# collection gains them when next written (`Store.add_ocr_columns`).
+ADDED_CHUNK_COLUMNS = {"ocr": "false"} | dict.fromkeys(
+    "part location email_subject email_from email_to email_date page_breaks".split(), "''"
 )
 DOC_TABLE_COLUMNS = (
     "doc_id:string path:string title:string text:string n_chunks:int32 page_start:int32 "
@@ -231,7 +266,8 @@ DOC_TABLE_COLUMNS = (
 )
 FILE_COLUMNS = (
     "path:string sha256:string size:int64 mtime:float64 status:string reason:string "
-    "n_chunks:int32 indexed_at:float64 title:string ocr_pages:string page_starts:string"
+    "n_chunks:int32 indexed_at:float64 title:string ocr_pages:string page_starts:string "
+    "encoding:string"
 )
 
 
@@ -271,12 +307,13 @@ DOC_TEXT_CHARS = 16_000_000
 
 
 def document_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The docs-table rows of the files whose chunk rows (all of each file's) are `rows`."""
-    by_path: dict[str, list[dict[str, Any]]] = {}
+    """The docs-table rows of the files whose chunk rows (all of each file's) are `rows`: one
+    per document (a file with attachments holds several)."""
+    by_doc: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        by_path.setdefault(row["path"], []).append(row)
+        by_doc.setdefault(row["doc_id"], []).append(row)
     documents = []
-    for chunks in by_path.values():
+    for chunks in by_doc.values():
         builder = DocumentBuilder()
         builder.add(sorted(chunks, key=lambda r: r["ordinal"]))
         documents.append(builder.row())
@@ -907,11 +944,11 @@ class Store:
         commit too: they take the table's schema."""
         if self._ocr_columns:
             return
-        for table, column, value in [
-            (self.chunks, "ocr", "false"),
-            (self.files_table, "ocr_pages", "''"),
-            (self.files_table, "page_starts", "''"),
-        ]:
+        added = [(self.chunks, column, value) for column, value in ADDED_CHUNK_COLUMNS.items()]
+        files = [
+            (self.files_table, column, "''") for column in ("ocr_pages", "page_starts", "encoding")
+        ]
+        for table, column, value in [*added, *files]:
             if column not in table.schema.names:
                 table.add_columns({column: value})
         self._ocr_columns = True
@@ -1095,7 +1132,7 @@ class Store:
                 self._commit_fragments(kind, [f for k, f in fragments if k == kind], gone)
         else:
             _replace(self.chunks, "id", rows, gone)
-            _replace(self.docs, "path", document_rows(rows), gone)
+            _replace(self.docs, "doc_id", document_rows(rows), gone)
         _replace(self.files_table, "path", [asdict(u.record) for u in updates], deleted)
         self._set_pending(remove=gone)
 

@@ -213,7 +213,8 @@ def test_bad_similar_input_is_a_4xx_json_error(
         ("blank.md", b"   \n\n  ", "empty"),
         ("dashes.txt", b"---- !!! ____\n", "no words to compare"),
         ("corrupt.pdf", b"%PDF-1.7\n1 0 obj garbage\x00\xff" * 3, "pdf"),
-        ("sheet.xlsx", b"PK\x03\x04", "unsupported file type"),
+        ("sheet.xlsx", b"PK\x03\x04", "corrupt xlsx"),
+        ("sheet.numbers", b"PK\x03\x04", "unsupported file type"),
         ("noextension", b"pump impeller", "unsupported file type"),
     ],
 )

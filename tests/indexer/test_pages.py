@@ -60,3 +60,17 @@ def test_a_document_indexed_before_page_starts_were_kept_says_how_to_rebuild(
     row = store.rows("ordinal = 0", ["doc_id", "path"])[0]
     with pytest.raises(PageNotFound, match="--switch"):
         page_text(store, row["path"], row["doc_id"], 1)
+
+
+def test_a_file_of_several_documents_records_each_ones_page_starts():
+    from docsearch.indexer.extract import Document, Page
+    from docsearch.indexer.pages import encode_file_starts, starts_of
+
+    attached = Document("a.eml", "", [Page(1, "lease", 0), Page(2, "annex", 7)], part="x.pdf")
+    message = Document("a.eml", "", [Page(1, "hello", 0)], attachments=[attached])
+    recorded = encode_file_starts(message)
+    assert starts_of(recorded, "") == [0]
+    assert starts_of(recorded, "x.pdf") == [0, 7]
+    assert starts_of(recorded, "y.pdf") == []  # no such part: the API answers 404
+    plain = encode_file_starts(Document("b.pdf", "", [Page(1, "a", 0), Page(2, "b", 3)]))
+    assert starts_of(plain, "") == [0, 3] and starts_of(plain, "x.pdf") == []

@@ -92,7 +92,9 @@ def test_search_ranks_the_pdf_first_with_its_page_and_marks(ctx: UIContext) -> N
     page = results_html(found)
     assert f'data-search-id="{found.search_id}"' in page
     assert "<mark>Termination</mark>" in page and "<mark>cause</mark>" in page
-    assert "p. 1-3" in page and "lexical #1" in page
+    # a pin cite: the page of the marked words, not the chunk's range
+    assert top.page is not None and f'<span class="ds-pages">p. {top.page}</span>' in page
+    assert "lexical #1" in page
 
 
 def test_results_html_escapes_document_text(ctx: UIContext) -> None:

@@ -148,13 +148,16 @@ def score_line(hit: Hit) -> str:
 def hit_html(rank: int, hit: Hit, collection: str, source: str) -> str:
     esc = html.escape
     heading = f'<div class="ds-heading">§ {esc(hit.heading_path)}</div>' if hit.heading_path else ""
-    link = esc(file_url(collection, hit.path, hit.page_start))
+    page = hit.page or hit.page_start
+    link = esc(file_url(collection, hit.path, page))
+    provenance = f'<div class="ds-provenance">{esc(hit.provenance)}</div>' if hit.provenance else ""
     return (
         f'<li class="ds-hit" data-rank="{rank}" data-path="{esc(hit.path)}" '
-        f'data-page="{hit.page_start}">'
+        f'data-page="{page}">'
         f'<div class="ds-title"><span class="ds-rank">{rank}.</span> '
         f'<button class="ds-open" data-rank="{rank}">{esc(hit.title or Path(hit.path).name)}'
-        f'</button> <span class="ds-pages">p. {esc(hit.pages)}</span>{OCR_BADGE * hit.ocr}</div>'
+        f'</button> <span class="ds-pages">p. {esc(hit.cite)}</span>{OCR_BADGE * hit.ocr}</div>'
+        f"{provenance}"
         f'<div class="ds-path">{esc(display_path(hit.path, source))} · '
         f'<a href="{link}" target="_blank" rel="noopener">open original</a> · '
         f'<button class="ds-similar" data-rank="{rank}" title="documents like this one">'
@@ -197,7 +200,7 @@ def why_similar(hit: SimilarHit) -> str:
 def more_passages(hit: Hit) -> str:
     """The document's other best passages (the first is the hit's snippet), each with its pages."""
     return "".join(
-        f'<div class="ds-snippet ds-more"><span class="ds-at">p. {html.escape(p.pages)}</span> '
+        f'<div class="ds-snippet ds-more"><span class="ds-at">p. {html.escape(p.cite)}</span> '
         f"{marked_html(p.snippet.text, p.snippet.marks)}</div>"
         for p in hit.passages[1:]
     )
@@ -381,7 +384,8 @@ class UIContext:
         return Preview(self._head(picked, page, pages), body, page, pages, paged=True)
 
     def _text_preview(self, verified: Verified, picked: Picked) -> Preview:
-        hit, doc = picked.hit, _extracted(verified)
+        hit = picked.hit
+        doc = _extracted(verified, hit.part)
         text = doc.text
         span = _clip(hit.char_start, hit.char_end, len(text))
         passage = _clip(hit.snippet.char_start, hit.snippet.char_end, len(text))
@@ -431,12 +435,13 @@ class UIContext:
         return summary, _report_rows(Store.open(self.db, name), path, report)
 
 
-def _extracted(verified: Verified) -> Document:
+def _extracted(verified: Verified, part: str = "") -> Document:
     """The document's text as indexing extracted it (the same checked bytes, so the offsets
-    stored with its chunks point into it)."""
+    stored with its chunks point into it); `part`: the attachment it is, in an e-mail."""
     from docsearch.indexer.extract import extract
 
-    return extract(Path(verified.path), verified.data, display_path=verified.path)
+    doc = extract(Path(verified.path), verified.data, display_path=verified.path)
+    return next((one for one in doc.documents() if one.part == part), doc)
 
 
 def _clip(start: int, end: int, length: int) -> tuple[int, int]:
