@@ -94,6 +94,19 @@ class PassageView(BaseModel):
     snippet_marks: list[tuple[int, int]]
     snippet_span: tuple[int, int]
     pages: str
+    page: int | None = Field(
+        description="the page of the snippet's first marked word (a pin cite); null if unknown"
+    )
+    provenance: str = Field(
+        description="where the text comes from beyond path and page: an attachment's message, "
+        "a slide deck's sheet or chapter ('' for most files)"
+    )
+    part: str = Field(description="the attachment chain inside its file ('' for the file's own)")
+    location: str = Field(description="sheet and rows, or chapter ('' where pages say it)")
+    email_subject: str
+    email_from: str
+    email_to: str
+    email_date: str
 
 
 class ChunkPassage(PassageView):
