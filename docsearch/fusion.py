@@ -4,7 +4,8 @@ Pure functions over `{key: score}` dicts (higher is better). `blend` sums each l
 scores times its weight: `maxnorm` divides by the leg's best score (Bruch et al., 2023, "An
 Analysis of Fusion Functions for Hybrid Retrieval"), `minmax` maps the leg onto [0, 1], `zscore`
 uses (score - mean) / std over the leg's candidates (a key the leg did not return gets its lowest
-z; under the others it gets 0), `rrf` is reciprocal-rank fusion (Cormack et al., 2009).
+z; under the others it gets 0; a leg whose candidates all score alike gives every key 1 under
+both), `rrf` is reciprocal-rank fusion (Cormack et al., 2009).
 `aggregate` turns a document's chunk scores into one (max, sum@m of its m best, lse@T a soft
 maximum in units of the query's best chunk). A `Fusion` is a rule: method, per-leg weights, the
 chunk legs' aggregators, and optionally the agreement guard (dense weights x min(1, overlap@10 of
@@ -34,6 +35,11 @@ def ranks(scores: Scores) -> dict[str, int]:
 def _normalised(scores: Scores, method: str, k: int) -> tuple[dict[str, float], float]:
     """A leg's scores as `method` normalises them, and the value of a key the leg lacks."""
     values = list(scores.values())
+    if method in ("minmax", "zscore") and min(values) == max(values):
+        # One candidate, or all tied: the leg cannot tell keys apart, so it adds its weight to
+        # every key alike. The ranking is the other legs', and a lone hit scores the sum of its
+        # legs' weights (1 under the default rules), not the 0 of (s - mean) / 1.
+        return dict.fromkeys(scores, 1.0), 1.0
     if method == "maxnorm":  # a leg whose best score is not positive contributes nothing
         scale = 1.0 / max(values) if max(values) > 0 else 0.0
         return {key: s * scale for key, s in scores.items()}, 0.0

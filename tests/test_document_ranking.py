@@ -278,3 +278,20 @@ def test_a_document_indexed_again_between_the_reads_shows_its_new_text(
     hits = Retriever("lex", db=db).search(QUERY, k=5, mode="lexical")
     shown = next(h for h in hits if h.path.endswith("spread.txt"))
     assert shown.passages and all(p.text.startswith("Rewritten") for p in shown.passages)
+
+
+def test_a_lone_hit_shows_a_readable_score(tmp_path: Path) -> None:
+    """A collection of one document: each leg has one candidate, whose z-score (hybrid) and
+    min-max (lexical) were 0, so the only hit printed `score 0.0000`. A leg that cannot tell its
+    candidates apart gives each its full weight: the hit scores the sum of the weights, 1."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "only.txt").write_text("The coolant pump vibration alarm rang twice last night.\n")
+    db = str(tmp_path / "db")
+    for name, encoder in (("lex", "none"), ("hyb", "hashing")):
+        assert not index_into(db, docs, name, encoder=encoder, max_tokens=40).failed
+    for name, mode in (("lex", "lexical"), ("hyb", "hybrid"), ("hyb", "lexical")):
+        hits = Retriever(name, db=db).search(QUERY, k=5, mode=mode)
+        assert len(hits) == 1
+        assert hits[0].score == pytest.approx(1.0), (name, mode)
+        assert hits[0].scores["fused"]["score"] == pytest.approx(1.0)
