@@ -470,6 +470,7 @@ class Row:
     keys: list[str]
     z: np.ndarray
     lex: np.ndarray
+    lexical_only: np.ndarray  # whether a lexical leg found the key (rules without dense legs)
     gains: np.ndarray
     ideal: float
     feats: dict[str, float]
@@ -485,6 +486,8 @@ def make_row(part: dict[str, Any], q: Query, style: str, text: str, legs: Legs) 
     z = np.array([[n[k] for k in keys] for n in normed])
     lexical = fuse(DOCUMENT_RULES["lexical"], legs)
     lex = np.array([lexical.get(k, -np.inf) for k in keys])
+    found = set(legs["doc_lexical"]) | set(legs["lexical"])
+    lexical_only = np.array([k in found for k in keys])
     gains = np.array([max(0, q.qrels.get(k, 0)) for k in keys], dtype=float)
     ideal = _dcg(sorted((g for g in q.qrels.values() if g > 0), reverse=True)[:10])
     agreement = Fusion("zscore", LEX_SIDE | DENSE_SIDE, tau=1.0).fuse(rule_legs(BEFORE_SHORT, legs))
@@ -498,7 +501,19 @@ def make_row(part: dict[str, Any], q: Query, style: str, text: str, legs: Legs) 
     }
     modes = {name: ndcg10(rank(text, legs), q.qrels) for name, rank in mode_rankers().items()}
     return Row(
-        part["sample"], q.dataset, q.role, style, text, keys, z, lex, gains, ideal, feats, modes
+        part["sample"],
+        q.dataset,
+        q.role,
+        style,
+        text,
+        keys,
+        z,
+        lex,
+        lexical_only,
+        gains,
+        ideal,
+        feats,
+        modes,
     )
 
 
@@ -559,7 +574,10 @@ def attempt(d_other: float, d_list: float | None, tau: float | None = None) -> A
         weights = share_weights(d_list if listed and d_list is not None else d_other)
         if tau and listed:
             weights[2:] *= min(1.0, row.feats["overlap"] / tau)
-        return weights @ row.z
+        fused = weights @ row.z
+        if not weights[2:].any():  # a rule without dense legs ranks only what the others found
+            fused = np.where(row.lexical_only, fused, -np.inf)
+        return fused
 
     return ranked
 
