@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from docsearch.fusion import LONG_QUERY_WORDS
+from docsearch.fusion import LONG_QUERY_WORDS, TERM_LIST_RULE, document_rule, is_term_list
 from docsearch.retriever import Hit, Retriever
 from tests.fakes import HashingEncoder
 from tests.helpers import index_into
@@ -278,3 +278,72 @@ def test_a_document_indexed_again_between_the_reads_shows_its_new_text(
     hits = Retriever("lex", db=db).search(QUERY, k=5, mode="lexical")
     shown = next(h for h in hits if h.path.endswith("spread.txt"))
     assert shown.passages and all(p.text.startswith("Rewritten") for p in shown.passages)
+
+
+def test_a_lone_hit_shows_a_readable_score(tmp_path: Path) -> None:
+    """A collection of one document: each leg has one candidate, whose z-score (hybrid) and
+    min-max (lexical) were 0, so the only hit printed `score 0.0000`. A leg that cannot tell its
+    candidates apart gives each its full weight: the hit scores the sum of the weights, 1."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "only.txt").write_text("The coolant pump vibration alarm rang twice last night.\n")
+    db = str(tmp_path / "db")
+    for name, encoder in (("lex", "none"), ("hyb", "hashing")):
+        assert not index_into(db, docs, name, encoder=encoder, max_tokens=40).failed
+    for name, mode in (("lex", "lexical"), ("hyb", "hybrid"), ("hyb", "lexical")):
+        hits = Retriever(name, db=db).search(QUERY, k=5, mode=mode)
+        assert len(hits) == 1
+        assert hits[0].score == pytest.approx(1.0), (name, mode)
+        assert hits[0].scores["fused"]["score"] == pytest.approx(1.0)
+
+
+def test_a_short_list_of_key_terms_is_ranked_by_the_lexical_legs_alone(
+    corpus: tuple[str, Path],
+) -> None:
+    """A short hybrid query written as a list of terms ranks by zscore(1/3 whole-document BM25
+    + 2/3 chunk BM25 lse@0.1), without encoding the query; the same words as a sentence keep
+    the dense legs."""
+    db, _ = corpus
+    retriever = Retriever("hyb", db=db)
+    retriever._encoder = CountingEncoder(max_tokens=40)
+    CountingEncoder.calls = 0
+    terms = "coolant pump; vibration; shift"
+    hits = retriever.search(terms, k=5)
+    assert CountingEncoder.calls == 0
+    assert {"doc_lexical", "lexical", "fused"} == set(hits[0].scores)
+    whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(terms, 500, None)}
+    per_doc: dict[str, list[float]] = {}
+    for one in retriever.store.search_text(terms, 500, None):
+        per_doc.setdefault(one.doc_id, []).append(one.raw_score)
+    unit = 0.1 * max(s for scores in per_doc.values() for s in scores)
+    lse = {d: 0.1 * math.log(sum(math.exp(s / unit) for s in ss)) for d, ss in per_doc.items()}
+    keys = set(whole) | set(lse)
+    z_whole, z_lse = _zscores(whole, keys), _zscores(lse, keys)
+    expected = {key: z_whole[key] / 3 + 2 * z_lse[key] / 3 for key in keys}
+    assert [h.doc_id for h in hits] == sorted(keys, key=lambda key: (-expected[key], key))[:5]
+    for hit in hits:
+        assert hit.score == pytest.approx(expected[hit.doc_id], rel=1e-5, abs=1e-6)
+    sentence = retriever.search("the coolant pump vibration in a shift", k=5)
+    assert CountingEncoder.calls == 1
+    assert {"doc_dense", "dense"} <= set(sentence[0].scores)
+
+
+@pytest.mark.parametrize(
+    ("query", "terms"),
+    [
+        ("capital gains; transfer of capital asset; agricultural land", True),
+        ("income, assessee, capital gain, house property", True),
+        ("burden of proof\nreasonable doubt\ncircumstantial evidence", True),
+        ("capital gains, transfer", False),  # two parts: a phrase with a comma, not yet a list
+        ("What did the committee decide about the budget, the staff and the timetable?", False),
+        (
+            "Consider the License Agreement between Fox Mobile Entertainment, Inc. and Glu; "
+            "What is the expiration date of this contract?",
+            False,
+        ),
+    ],
+)
+def test_which_queries_are_lists_of_terms(query: str, terms: bool) -> None:
+    assert is_term_list(query) is terms
+    rule = document_rule("hybrid", query)
+    assert (rule is TERM_LIST_RULE) is (terms and len(query.split()) < LONG_QUERY_WORDS)

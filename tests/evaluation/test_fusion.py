@@ -65,9 +65,16 @@ def test_zscore_gives_a_missing_key_the_legs_lowest_z() -> None:
 
 
 def test_a_constant_leg_does_not_divide_by_zero() -> None:
+    """A leg whose candidates all tie (one candidate, say) gives every key its full weight: a
+    lone hit scores 1, not 0, and the other legs alone order the keys."""
     fused = blend({"one": {"a": 4.0, "b": 4.0}}, {}, "zscore")
-    assert fused == {"a": 0.0, "b": 0.0}
-    assert blend({"one": {"a": 4.0}}, {}, "minmax") == {"a": 0.0}
+    assert fused == {"a": 1.0, "b": 1.0}
+    assert blend({"one": {"a": 4.0}}, {}, "minmax") == {"a": 1.0}
+    for method in ("zscore", "minmax"):
+        legs = {"tied": {"a": 2.0}, "other": {"a": 1.0, "b": 3.0, "c": 2.0}}
+        alone = blend({"other": legs["other"]}, {"other": 0.5}, method)
+        both = blend(legs, {"tied": 0.5, "other": 0.5}, method)
+        assert both == pytest.approx({key: s + 0.5 for key, s in alone.items()})
 
 
 def test_chunk_aggregators() -> None:

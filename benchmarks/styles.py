@@ -1,0 +1,806 @@
+"""Does hybrid search hold up when users type keywords, not sentences? The query-style suite.
+
+    cd benchmarks && nice -n 10 python styles.py build [--indexes DIR]
+    cd benchmarks && nice -n 10 python styles.py collect [--indexes DIR] [--cache DIR]
+    cd benchmarks && python styles.py score [--cache DIR]
+
+Every shared set's real queries (tune and test roles as doclevel.py assigns them), each rewritten
+in the styles users type (STYLES), plus key-term queries written from irled2017-precedent's own
+judgments (the court and the query form of the maintainers' held-out catchphrase set: each
+judgment the target of one list of its legal key phrases). Indexes are MiniLM indexes of seeded
+samples (SAMPLES: 2 shared CPU cores cannot embed the full corpora in a session). `collect`
+runs each query's legs once through the real store (as docsearch.retriever does: its BM25 words,
+the 500-candidate pools, the chunk aggregators) and caches them; `score` ranks them with the
+product's fusion (docsearch.fusion.document_rule and the candidate rules in RULES) and writes
+results/styles.{json,md}: nDCG@10 per set x style x mode, the leave-one-dataset-out choice, and
+each attempted rule's worst margin over max(lexical mode, whole-document BM25).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pickle
+import random
+import re
+import sys
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from calibrate import STOP
+from doclevel import Query, _doc_roles, group_queries, reference_scores
+from eval_sets import DATA, RESULTS, Group, machine, machine_lines, write_results
+
+from docsearch.corpora.beir import CorpusDoc, RetrievalSet, load_beir
+from docsearch.evaluation import EvalIndex, ndcg_at_k
+from docsearch.fusion import (
+    DOCUMENT_RULES,
+    LONG_QUERY_WORDS,
+    Fusion,
+    aggregate,
+    blend,
+    document_rule,
+    is_term_list,
+)
+from docsearch.indexer.filters import ChunkFilter
+from docsearch.retriever import clean_query
+
+ENCODER = "sentence-transformers"
+INDEXES = Path("/work/cache/styles/indexes")
+CACHE = Path("/work/cache/styles/legs")
+IRLED = "irled2017-precedent"
+SEED = 0
+
+
+class Sample:
+    """A seeded sample of one corpus group: `docs` documents (the judged documents of the
+    group's queries first, up to `judged`), at most `max_words` words each where set."""
+
+    def __init__(
+        self, group: Group, docs: int, judged: int | None = None, max_words: int | None = None
+    ) -> None:
+        self.group, self.docs, self.judged, self.max_words = group, docs, judged, max_words
+
+    @property
+    def name(self) -> str:
+        return self.group.corpus
+
+    def corpus(self) -> dict[str, CorpusDoc]:
+        folder = DATA / self.group.corpus
+        full = load_beir(folder, "all" if self.group.datasets else None).corpus
+        rng = random.Random(SEED)
+        judged: set[str] = set()
+        for name, _ in self.group.datasets:
+            for split in _splits(name):
+                judged |= load_beir(DATA / name, split).judged()
+        fits = sorted(
+            d
+            for d, doc in full.items()
+            if doc.text.strip() and (not self.max_words or len(doc.text.split()) <= self.max_words)
+        )
+        chosen = sorted(judged & set(fits))
+        rng.shuffle(chosen)
+        chosen = chosen[: self.judged if self.judged is not None else self.docs]
+        rest = sorted(set(fits) - set(chosen))
+        chosen += rng.sample(rest, max(0, min(len(rest), self.docs - len(chosen))))
+        return {d: full[d] for d in sorted(chosen)}
+
+    def index_set(self) -> RetrievalSet:
+        return RetrievalSet(self.name, self.corpus(), {}, {}, notes=[f"styles sample {self.docs}"])
+
+
+def _splits(name: str) -> list[str | None]:
+    """The query files of a dataset folder: its own (every split field) and a train/ folder's."""
+    folder = DATA / name
+    return ["all"] + (["train"] if (folder / "train").is_dir() else [])
+
+
+# Seeded samples that MiniLM embeds in about half an hour on 2 shared cores, the legal one first.
+SAMPLES = (
+    Sample(Group(IRLED, ()), docs=120, max_words=8000),
+    Sample(Group("scifact", (("scifact", "test"),)), docs=1400, judged=1000),
+    Sample(Group("qmsum", (("qmsum", "all"), ("qmsum/summary2meeting", "test"))), docs=30),
+    Sample(
+        Group(
+            "scisummnet-acl",
+            (("scisummnet-acl", "test"), ("scisummnet-acl/title2paper", "test")),
+        ),
+        docs=70,
+    ),
+    Sample(Group("cuad", (("cuad", "test"),)), docs=40, judged=28),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Query styles: the same need typed the ways users type it
+
+
+STYLES = ("original", "keywords", "first words", "phrases", "boolean", "quoted")
+_EDGE = re.compile(r"^[^\w]+|[^\w]+$")
+
+
+_BREAK = re.compile(r"[,;:.!?)]$")
+
+
+def _tokens(text: str) -> list[tuple[str, bool, bool]]:
+    """(word, is a content word, ends a clause) for each whitespace word, edge punctuation
+    stripped."""
+    out = []
+    for raw in text.split():
+        word = _EDGE.sub("", raw)
+        if word:
+            content = word.lower() not in STOP and len(word) > 1
+            out.append((word, content, bool(_BREAK.search(raw))))
+    return out
+
+
+def _runs(text: str) -> list[str]:
+    """Maximal runs of content words (the words between stop words): a query's key phrases."""
+    runs: list[list[str]] = [[]]
+    for word, content, ends in _tokens(text):
+        if content:
+            runs[-1].append(word)
+        if (ends or not content) and runs[-1]:
+            runs.append([])
+    return [" ".join(r) for r in runs if r]
+
+
+def restyle(text: str, style: str, key: str) -> str:
+    """`text` as a user of `style` would type it (the key seeds the first-words count)."""
+    words = [w for w, content, _ in _tokens(text) if content]
+    if style == "original" or not words:
+        return text
+    if style == "keywords":  # content words, order kept, comma-separated
+        return ", ".join(words)
+    if style == "first words":  # what a search box gets: the first 3 to 5 content words
+        return " ".join(words[: 3 + zlib.crc32(key.encode()) % 3])
+    if style == "phrases":  # key-term phrases, as legal catchphrase lists are written
+        return "; ".join(_runs(text))
+    if style == "boolean":  # terms joined the way boolean search engines are typed
+        return " AND ".join(words[:8])
+    if style == "quoted":  # the longest key phrase quoted, the other content words after it
+        runs = _runs(text)
+        longest = max(runs, key=lambda r: (len(r.split()), -runs.index(r)))
+        rest = [w for w in words if w not in longest.split()]
+        return " ".join([f'"{longest}"', *rest[:6]])
+    raise ValueError(f"unknown style {style!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Key-term queries from the legal corpus itself
+
+
+JOINERS = frozenset({"of", "in", "to", "for", "by", "under"})  # inside catchphrases, as in
+# "burden of proof", "right to property", "reservation in promotion"
+
+
+def _phrase_counts(text: str) -> Counter[str]:
+    """Candidate key terms of a judgment: one to three content words in a row, or two such
+    runs joined by a preposition (lower case, letters only), made of words the text also
+    writes in lower case (names of parties, places and judges are not legal key terms),
+    counted."""
+    words = re.sub(r"[^A-Za-z\s]", " ", text).split()
+    lower = {w for w in words if w.islower()}
+    counts: Counter[str] = Counter()
+    for i in range(len(words)):
+        for n in (1, 2, 3, 4):
+            gram = words[i : i + n]
+            if len(gram) < n or not all(w in lower for w in gram):
+                break
+            inner = [w not in STOP or (0 < j < n - 1 and w in JOINERS) for j, w in enumerate(gram)]
+            if not all(inner) or sum(w in JOINERS for w in gram) > 1:
+                continue
+            counts[" ".join(gram)] += 1
+    return counts
+
+
+def legal_key_term_queries(sample: dict[str, CorpusDoc]) -> list[Query]:
+    """Two queries per judgment of the sample, a short list of its key terms (5 to 14 words)
+    and a long one (24 to 60): its phrases ranked by count x idf over the whole corpus (the way
+    catchphrases name what a judgment is about, generic legal terms included), comma-separated.
+    Roles: a seeded half of the judgments tune, the rest test."""
+    full = load_beir(DATA / IRLED, "all").corpus
+    df: Counter[str] = Counter()
+    for doc in full.values():
+        df.update(set(_phrase_counts(doc.text)))
+    roles = _doc_roles(set(sample))
+    rng = random.Random(SEED)
+    out = []
+    for doc_id, doc in sample.items():
+        counts = _phrase_counts(doc.text)
+        score = {p: c * math.log(len(full) / (1 + df[p])) for p, c in counts.items() if c >= 2}
+        ranked = sorted(score, key=lambda p: (-score[p], p))
+        # As in the held-out set: short queries (under 24 words, most near 10) and long ones.
+        for kind, low, high in (("short", 5, 14), ("long", 24, 60)):
+            target = rng.randint(low, high)
+            chosen, words = [], 0
+            for phrase in ranked:
+                if any(phrase in c or c in phrase for c in chosen):
+                    continue  # one phrase per key term
+                chosen.append(phrase)
+                words += len(phrase.split())
+                if words >= target:
+                    break
+            text = ", ".join(chosen)
+            out.append(Query(f"{IRLED}\0{kind}-{doc_id}", IRLED, roles[doc_id], text, {doc_id: 1}))
+    return out
+
+
+def build(args: argparse.Namespace) -> None:
+    for sample in SAMPLES:
+        if args.only and sample.name not in args.only.split(","):
+            continue
+        rset = sample.index_set()
+        words = sum(len(d.body.split()) for d in rset.corpus.values())
+        print(f"{sample.name}: {len(rset.corpus)} documents, {words} words", file=sys.stderr)
+        started = time.perf_counter()
+        with EvalIndex(rset, encoder=ENCODER, cache=args.indexes) as index:
+            state = "cached" if index.cached else "built"
+            print(
+                f"  {index.chunks} chunks ({state}), {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Legs through the real store, once per (sample, style)
+
+POOL = 500  # Retriever.search's chunk and document pools (CHUNK_POOL, DOC_POOL)
+PER_ROLE = 150  # queries per dataset and role (tune, test), seeded: legs cost ~0.1 s a query
+
+
+def sample_queries(sample: Sample, corpus: dict[str, CorpusDoc]) -> list[Query]:
+    """The group's real queries about the sample (at most PER_ROLE per dataset and role), or
+    for the legal corpus its key-term queries."""
+    if sample.name == IRLED:
+        return legal_key_term_queries(corpus)
+    found = group_queries(sample.group, set(corpus))
+    out = []
+    for dataset in dict.fromkeys(q.dataset for q in found):
+        for role in ("tune", "test"):
+            part = [q for q in found if q.dataset == dataset and q.role == role]
+            random.Random(SEED).shuffle(part)
+            out += sorted(part[:PER_ROLE], key=lambda q: q.key)
+    return out
+
+
+Legs = dict[str, dict[str, float]]
+
+
+def legs_of(retriever: Any, encoder: Any, texts: list[str]) -> list[Legs]:
+    """Each query's document-level legs as Retriever.search computes them for its rules: the
+    BM25 words (a long query without its common words), chunk BM25 aggregated lse@0.1 (hybrid)
+    and sum@5 (lexical mode), the best chunk's cosine, whole-document BM25, the doc-mean
+    cosine; and `reference`, whole-document BM25 as the data README computes it."""
+    store, flt = retriever.store, ChunkFilter()
+    texts = [clean_query(t) for t in texts]
+    vectors = encoder.encode_queries(texts)
+    out = []
+    for text, vector in zip(texts, vectors, strict=True):
+        words = retriever._bm25_words(text)
+        bm25 = _per_doc(store.search_text(words, POOL, flt, text=False))
+        near = _per_doc(store.search_vector(vector, POOL, flt, text=False))
+        out.append(
+            {
+                "lexical": aggregate(bm25, "lse@0.1"),
+                "lexical_sum5": aggregate(bm25, "sum@5"),
+                "dense": aggregate(near, "max"),
+                "doc_lexical": {
+                    d.doc_id: d.score for d in store.search_documents_text(words, POOL, flt)
+                },
+                "doc_dense": {
+                    d.doc_id: d.score for d in store.search_documents_vector(vector, POOL, flt)
+                },
+            }
+        )
+    return out
+
+
+def _per_doc(found: list[Any]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for one in found:
+        out.setdefault(one.doc_id, []).append(one.score)
+    return out
+
+
+def reference(corpus: dict[str, CorpusDoc], queries: list[Query], texts: list[str]) -> list[dict]:
+    """Whole-document BM25 (rank-bm25, k1 0.9, b 0.4: quality.py's bm25-reference), top 100."""
+    ids = list(corpus)
+    matrix = reference_scores(
+        [corpus[d].body for d in ids],
+        [replace(q, text=t) for q, t in zip(queries, texts, strict=True)],
+    )
+    out = []
+    for row in matrix:
+        hit = np.flatnonzero(~np.isnan(row))
+        top = hit[np.argsort(-row[hit], kind="stable")[:100]]
+        out.append({ids[i]: float(row[i]) for i in top})
+    return out
+
+
+def collect(args: argparse.Namespace) -> None:
+    """Cache `{"queries", "styles": {style: {"texts", "legs"}}}` per sample."""
+    for sample in SAMPLES:
+        if args.only and sample.name not in args.only.split(","):
+            continue
+        rset = sample.index_set()
+        queries = sample_queries(sample, rset.corpus)
+        path = args.cache / f"{sample.name}.pkl"
+        saved = pickle.loads(path.read_bytes()) if path.is_file() else {"styles": {}}
+        if [q.key for q in saved.get("queries", [])] != [q.key for q in queries]:
+            saved = {"styles": {}}
+        saved["queries"] = queries
+        with EvalIndex(rset, encoder=ENCODER, cache=args.indexes) as index:
+            retriever = index.retriever()
+            for style in STYLES:
+                texts = [restyle(q.text, style, q.key) for q in queries]
+                if saved["styles"].get(style, {}).get("texts") == texts:
+                    continue
+                started = time.perf_counter()
+                legs = legs_of(retriever, index.encoder, texts)
+                for one, ref in zip(legs, reference(rset.corpus, queries, texts), strict=True):
+                    one["reference"] = ref
+                saved["styles"][style] = {"texts": texts, "legs": legs}
+                path.write_bytes(pickle.dumps(saved))
+                took = time.perf_counter() - started
+                print(f"{sample.name} {style}: {len(texts)} queries, {took:.0f} s", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring: the product's fusion over the cached legs
+
+# The hybrid rule of commit 12bf41f (before this study): the lexical rule from 24 words on,
+# below it zscore over the four legs with 0.4 of the weight on the dense ones.
+BEFORE_SHORT = Fusion(
+    "zscore",
+    {"doc_lexical": 0.2, "lexical": 0.4, "doc_dense": 0.2, "dense": 0.2},
+    aggregate={"lexical": "lse@0.1"},
+)
+
+
+def rule_legs(rule: Fusion, legs: Legs) -> Legs:
+    """The legs `rule` weighs, its chunk BM25 aggregated as the rule says (lse@0.1 or sum@5)."""
+    out = {}
+    for leg, weight in rule.weights.items():
+        if not weight:
+            continue
+        if leg == "lexical":
+            how = rule.aggregate.get("lexical", "max")
+            out[leg] = legs["lexical_sum5" if how == "sum@5" else "lexical"]
+            assert how in ("sum@5", "lse@0.1"), how  # the aggregations collected
+        else:
+            out[leg] = legs[leg]
+    return out
+
+
+def before(text: str) -> Fusion:
+    if len(text.split()) >= LONG_QUERY_WORDS:
+        return DOCUMENT_RULES["lexical"]
+    return BEFORE_SHORT
+
+
+def mode_rankers() -> dict[str, Any]:
+    """name -> (text, legs) -> fused scores, each through docsearch.fusion."""
+    return {
+        "BM25": lambda text, legs: legs["reference"],
+        "lexical": lambda text, legs: fuse(DOCUMENT_RULES["lexical"], legs),
+        "vector": lambda text, legs: fuse(DOCUMENT_RULES["vector"], legs),
+        "hybrid before": lambda text, legs: fuse(before(text), legs),
+        "hybrid": lambda text, legs: fuse(document_rule("hybrid", text), legs),
+    }
+
+
+def fuse(rule: Fusion, legs: Legs) -> dict[str, float]:
+    return rule(rule_legs(rule, legs))
+
+
+def ndcg10(scores: dict[str, float], qrels: dict[str, int]) -> float:
+    return ndcg_at_k(sorted(scores, key=lambda k: (-scores[k], k)), qrels, 10)
+
+
+def doc_paths(sample: Sample, indexes: Path, cache: Path) -> dict[str, str]:
+    """doc_id -> path (the corpus id) of the sample's index: the legs are keyed by doc_id."""
+    saved = cache / f"{sample.name}.paths.json"
+    if not saved.is_file():
+        with EvalIndex(sample.index_set(), encoder=ENCODER, cache=indexes) as index:
+            rows = index.retriever().store.rows(ChunkFilter(), ["doc_id", "path"])
+        saved.write_text(json.dumps({r["doc_id"]: r["path"] for r in rows}))
+    return dict(json.loads(saved.read_text()))
+
+
+def load_all(cache: Path, indexes: Path = INDEXES) -> list[dict[str, Any]]:
+    """[{"sample", "queries", "styles"}] for every collected sample, legs keyed by path."""
+    out = []
+    for sample in SAMPLES:
+        path = cache / f"{sample.name}.pkl"
+        if path.is_file():
+            saved = pickle.loads(path.read_bytes())
+            paths = doc_paths(sample, indexes, cache)
+            for got in saved["styles"].values():
+                for legs in got["legs"]:
+                    for leg, scores in legs.items():
+                        if leg != "reference":
+                            legs[leg] = {paths[d]: s for d, s in scores.items()}
+            out.append({"sample": sample.name, **saved})
+    return out
+
+
+def score_modes(saved: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (query, style): its keys and nDCG@10 in every mode."""
+    rankers = mode_rankers()
+    rows = []
+    for part in saved:
+        for style, got in part["styles"].items():
+            for q, text, legs in zip(part["queries"], got["texts"], got["legs"], strict=True):
+                row = {"group": part["sample"], "dataset": q.dataset, "role": q.role}
+                row |= {"style": style, "key": q.key, "words": len(text.split())}
+                row |= {name: ndcg10(rank(text, legs), q.qrels) for name, rank in rankers.items()}
+                rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Exploring rules: each query's legs normalised once by the product's blend, rules as weights
+
+HYBRID_LEGS = ("doc_lexical", "lexical", "doc_dense", "dense")
+LEX_SIDE = {"doc_lexical": 0.2, "lexical": 0.4}
+DENSE_SIDE = {"doc_dense": 0.2, "dense": 0.2}
+
+
+@dataclass
+class Row:
+    """One query in one style, ready for any rule: `z[i]` is leg HYBRID_LEGS[i] as zscore
+    blend normalises it (blend with that leg's weight 1 and the others' 0, so that any
+    weighted zscore rule over the four legs is z's weighted sum: blend is linear in the
+    weights), `lex` the lexical rule's fused scores, over `keys` (sorted: ties break by key as
+    the product's sort does)."""
+
+    group: str
+    dataset: str
+    role: str
+    style: str
+    text: str
+    keys: list[str]
+    z: np.ndarray
+    lex: np.ndarray
+    lexical_only: np.ndarray  # whether a lexical leg found the key (rules without dense legs)
+    gains: np.ndarray
+    ideal: float
+    feats: dict[str, float]
+    modes: dict[str, float]
+
+
+def make_row(part: dict[str, Any], q: Query, style: str, text: str, legs: Legs) -> Row:
+    four = {leg: legs[leg] for leg in HYBRID_LEGS}
+    keys = sorted(set().union(*four.values()))
+    normed = [
+        blend(four, {x: float(x == leg) for x in HYBRID_LEGS}, "zscore") for leg in HYBRID_LEGS
+    ]
+    z = np.array([[n[k] for k in keys] for n in normed])
+    lexical = fuse(DOCUMENT_RULES["lexical"], legs)
+    lex = np.array([lexical.get(k, -np.inf) for k in keys])
+    found = set(legs["doc_lexical"]) | set(legs["lexical"])
+    lexical_only = np.array([k in found for k in keys])
+    gains = np.array([max(0, q.qrels.get(k, 0)) for k in keys], dtype=float)
+    ideal = _dcg(sorted((g for g in q.qrels.values() if g > 0), reverse=True)[:10])
+    agreement = Fusion("zscore", LEX_SIDE | DENSE_SIDE, tau=1.0).fuse(rule_legs(BEFORE_SHORT, legs))
+    words = text.split()
+    feats = {
+        "words": len(words),
+        "stop": sum(w.lower().strip(",;.") in STOP for w in words) / max(1, len(words)),
+        "overlap": agreement[1] or 0.0,
+        "lex_top": float(z[0].max()) if legs["doc_lexical"] else 0.0,
+        "dense_top": float(z[2].max()) if legs["doc_dense"] else 0.0,
+    }
+    modes = {name: ndcg10(rank(text, legs), q.qrels) for name, rank in mode_rankers().items()}
+    return Row(
+        part["sample"],
+        q.dataset,
+        q.role,
+        style,
+        text,
+        keys,
+        z,
+        lex,
+        lexical_only,
+        gains,
+        ideal,
+        feats,
+        modes,
+    )
+
+
+def _dcg(gains: Any) -> float:
+    return float(sum(g / math.log2(i + 2) for i, g in enumerate(gains)))
+
+
+DISCOUNT = 1.0 / np.log2(np.arange(2, 12))
+
+
+def fast_ndcg(row: Row, fused: np.ndarray) -> float:
+    if row.ideal <= 0:
+        return 0.0
+    top = np.argsort(-fused, kind="stable")[:10]
+    return float((row.gains[top] * DISCOUNT[: len(top)]).sum() / row.ideal)
+
+
+def rows_of(saved: list[dict[str, Any]]) -> list[Row]:
+    rows = []
+    for part in saved:
+        for style, got in part["styles"].items():
+            for q, text, legs in zip(part["queries"], got["texts"], got["legs"], strict=True):
+                rows.append(make_row(part, q, style, text, legs))
+    return rows
+
+
+def cached_rows(cache: Path) -> list[Row]:
+    """Every collected sample's rows, each sample's cached beside its legs."""
+    rows = []
+    for part in load_all(cache):
+        tag = f"{part['sample']}:{[q.key for q in part['queries']]}:{sorted(part['styles'])}"
+        path = cache / f"rows-{part['sample']}-{zlib.crc32(tag.encode()):08x}.pkl"
+        if not path.is_file():
+            path.write_bytes(pickle.dumps(rows_of([part])))
+        rows += pickle.loads(path.read_bytes())
+    return rows
+
+
+# The attempts: how each short query (under LONG_QUERY_WORDS words) is ranked; long ones always
+# take the lexical rule. `d` is the dense legs' share (0.4 before this study); a list is a query
+# fusion.is_term_list accepts; `tau` the agreement guard (dense x min(1, overlap@10 / tau)).
+
+
+def share_weights(d: float) -> np.ndarray:
+    """The short rule's legs (HYBRID_LEGS order) with dense share d; lexical legs 1 : 2."""
+    lexical = 1.0 - d
+    return np.array([lexical / 3, 2 * lexical / 3, d / 2, d / 2])
+
+
+def attempt(d_other: float, d_list: float | None, tau: float | None = None) -> Any:
+    """Rank a row: the lexical rule when long, else zscore at share d_list (a list; None: the
+    lexical rule) or d_other, the guard (if any) on lists."""
+
+    def ranked(row: Row) -> np.ndarray:
+        listed = is_term_list(row.text)
+        if row.feats["words"] >= LONG_QUERY_WORDS or (listed and d_list is None):
+            return row.lex
+        weights = share_weights(d_list if listed and d_list is not None else d_other)
+        if tau and listed:
+            weights[2:] *= min(1.0, row.feats["overlap"] / tau)
+        fused = weights @ row.z
+        if not weights[2:].any():  # a rule without dense legs ranks only what the others found
+            fused = np.where(row.lexical_only, fused, -np.inf)
+        return fused
+
+    return ranked
+
+
+ATTEMPTS = {
+    "before (d=0.4 for every short query)": attempt(0.4, 0.4),
+    **{f"lists d={d}": attempt(0.4, d) for d in (0.0, 0.1, 0.2, 0.3)},
+    "lists: the lexical rule": attempt(0.4, None),
+    **{f"lists d=0.4, guard tau={t}": attempt(0.4, 0.4, t) for t in (0.3, 0.5, 0.7)},
+    **{f"every short query d={d}": attempt(d, d) for d in (0.0, 0.2)},
+}
+SHIPPED = "lists d=0.0"  # fusion.TERM_LIST_RULE
+
+
+def cell_means(rows: list[Row], values: np.ndarray, role: str) -> dict[tuple[str, str], float]:
+    acc: dict[tuple[str, str], list[float]] = {}
+    for row, value in zip(rows, values, strict=True):
+        if row.role == role:
+            acc.setdefault((row.dataset, row.style), []).append(float(value))
+    return {cell: float(np.mean(v)) for cell, v in acc.items()}
+
+
+def bar(rows: list[Row], role: str) -> dict[tuple[str, str], float]:
+    """max(lexical mode, whole-document BM25) per cell."""
+    lexical = cell_means(rows, np.array([r.modes["lexical"] for r in rows]), role)
+    bm25 = cell_means(rows, np.array([r.modes["BM25"] for r in rows]), role)
+    return {cell: max(lexical[cell], bm25[cell]) for cell in lexical}
+
+
+def study(rows: list[Row]) -> dict[str, Any]:
+    """Each attempt's per-query nDCG@10, its worst margin per role, and the LODO choice."""
+    values = {
+        name: np.array([fast_ndcg(r, rank(r)) for r in rows]) for name, rank in ATTEMPTS.items()
+    }
+    bars = {role: bar(rows, role) for role in ("tune", "test")}
+    summary = {}
+    for name, vals in values.items():
+        out = {}
+        for role in ("tune", "test"):
+            means = cell_means(rows, vals, role)
+            margins = {c: m - bars[role][c] for c, m in means.items()}
+            worst = min(margins, key=lambda c: margins[c])
+            lists = [m for c, m in means.items() if c[1] in ("keywords", "phrases")]
+            out[role] = {
+                "worst": [*worst, margins[worst]],
+                "fails": sum(m < -TOLERANCE for m in margins.values()),
+                "mean": float(np.mean(list(means.values()))),
+                "lists": float(np.mean(lists)),
+            }
+        summary[name] = out
+    return {"summary": summary, "lodo": lodo(rows, values, bars)}
+
+
+TOLERANCE = 0.005
+
+
+def lodo(
+    rows: list[Row], values: dict[str, np.ndarray], bars: dict[str, dict[tuple[str, str], float]]
+) -> dict[str, Any]:
+    """Per corpus group: the attempt the other groups' tuning cells choose (best worst margin,
+    then best mean), and its test margins on the group left out."""
+    group_of = {r.dataset: r.group for r in rows}
+    out = {}
+    for held in sorted(set(group_of.values())):
+
+        def objective(name: str, held: str = held) -> tuple[float, float]:
+            means = cell_means(rows, values[name], "tune")
+            kept = {c: m for c, m in means.items() if group_of[c[0]] != held}
+            margins = [m - bars["tune"][c] for c, m in kept.items()]
+            return (min(margins), float(np.mean(list(kept.values()))))
+
+        chosen = max(values, key=objective)
+        test = cell_means(rows, values[chosen], "test")
+        margins = {
+            f"{c[0]} / {c[1]}": test[c] - bars["test"][c] for c in test if group_of[c[0]] == held
+        }
+        out[held] = {"chosen": chosen, "margins": margins}
+    return out
+
+
+def mode_table(rows: list[Row], role: str) -> dict[str, dict[str, Any]]:
+    """'dataset / style' -> {n, each mode's mean nDCG@10}."""
+    acc: dict[str, list[Row]] = {}
+    for row in rows:
+        if row.role == role:
+            acc.setdefault(f"{row.dataset} / {row.style}", []).append(row)
+    modes = ("BM25", "lexical", "vector", "hybrid before", "hybrid")
+    return {
+        cell: {"n": len(got)} | {m: float(np.mean([r.modes[m] for r in got])) for m in modes}
+        for cell, got in sorted(acc.items())
+    }
+
+
+def twin_check(rows: list[Row]) -> dict[str, int]:
+    """How many rows the fast path (weighted sum of blend-normalised legs) ranks differently
+    from the product's own fusion (Fusion.__call__ via document_rule and BEFORE_SHORT)."""
+    before, shipped = ATTEMPTS["before (d=0.4 for every short query)"], ATTEMPTS[SHIPPED]
+    differ = {"hybrid before": 0, "hybrid": 0}
+    for row in rows:
+        differ["hybrid before"] += (
+            abs(fast_ndcg(row, before(row)) - row.modes["hybrid before"]) > 1e-9
+        )
+        differ["hybrid"] += abs(fast_ndcg(row, shipped(row)) - row.modes["hybrid"]) > 1e-9
+    return differ | {"rows": len(rows)}
+
+
+def score(args: argparse.Namespace) -> None:
+    rows = cached_rows(args.cache)
+    payload = {
+        "machine": machine(),
+        "samples": {s.name: {"docs": s.docs, "max_words": s.max_words} for s in SAMPLES},
+        "test": mode_table(rows, "test"),
+        "tune": mode_table(rows, "tune"),
+        "study": study(rows),
+        "twin": twin_check(rows),
+    }
+    command = "cd benchmarks && python styles.py build && python styles.py collect && python styles.py score"
+    write_results(RESULTS, "styles", payload, markdown(payload, command))
+    print(json.dumps(payload["twin"]), file=sys.stderr)
+
+
+NOTES = "<!-- notes: kept across runs -->"
+
+
+def markdown(payload: dict[str, Any], command: str) -> str:
+    samples = ", ".join(
+        f"{name} {s['docs']} documents"
+        + (f" (<= {s['max_words']} words)" if s["max_words"] else "")
+        for name, s in payload["samples"].items()
+    )
+    lines = [
+        "# Query styles: hybrid against its lexical mode and whole-document BM25",
+        "",
+        *machine_lines(payload["machine"], command),
+        f"- samples (seeded, MiniLM indexes): {samples}",
+        "- styles: " + "; ".join(f"`{k}`: {v}" for k, v in STYLE_ABOUT.items()),
+        "- modes: BM25 = whole-document BM25 (rank-bm25, k1 0.9, b 0.4); lexical, vector = the "
+        "modes; hybrid before = the rule of 12bf41f; hybrid = fusion.document_rule now (a "
+        "short list of key terms by TERM_LIST_RULE). All through docsearch.fusion over legs "
+        "searched once through the real store.",
+        f"- fast path (blend-normalised legs, weighted sums) against the product's Fusion: "
+        f"{payload['twin']['hybrid before']} and {payload['twin']['hybrid']} of "
+        f"{payload['twin']['rows']} rows differ (hybrid before, hybrid)",
+        "",
+        "## nDCG@10 per set x style, test split",
+        "",
+        "Margin: hybrid - max(lexical, BM25); pass: margin >= -0.005.",
+        "",
+        "| set / style | n | BM25 | lexical | vector | hybrid before | hybrid | margin | pass |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cell, m in payload["test"].items():
+        margin = m["hybrid"] - max(m["lexical"], m["BM25"])
+        lines.append(
+            f"| {cell} | {m['n']} | {m['BM25']:.4f} | {m['lexical']:.4f} | {m['vector']:.4f} | "
+            f"{m['hybrid before']:.4f} | {m['hybrid']:.4f} | {margin:+.4f} | "
+            f"{'yes' if margin >= -TOLERANCE else '**no**'} |"
+        )
+    lines += [
+        "",
+        "## Attempts (short queries; long ones take the lexical rule in every attempt)",
+        "",
+        "Worst cell: the lowest margin over max(lexical, BM25) among set x style cells; fails: "
+        "cells below -0.005; lists: mean over the keywords and phrases cells.",
+        "",
+        "| attempt | tune worst | tune fails | tune mean | tune lists | test worst | test fails "
+        "| test mean | test lists |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, got in payload["study"]["summary"].items():
+        cells = []
+        for role in ("tune", "test"):
+            r = got[role]
+            worst = f"{r['worst'][0]} / {r['worst'][1]} {r['worst'][2]:+.4f}"
+            cells += [worst, str(r["fails"]), f"{r['mean']:.4f}", f"{r['lists']:.4f}"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Leave one corpus group out",
+        "",
+        "The attempt the other groups' tuning cells choose (best worst margin, then best mean), "
+        "and its test margins on the group left out.",
+        "",
+        "| left out | chosen | worst test margin | cells below -0.005 |",
+        "|---|---|---|---|",
+    ]
+    for held, got in payload["study"]["lodo"].items():
+        worst = min(got["margins"].items(), key=lambda kv: kv[1])
+        below = ", ".join(f"{c} {m:+.4f}" for c, m in got["margins"].items() if m < -TOLERANCE)
+        lines.append(
+            f"| {held} | {got['chosen']} | {worst[0]} {worst[1]:+.4f} | {below or 'none'} |"
+        )
+    old = RESULTS / "styles.md"
+    notes = old.read_text().split(NOTES, 1)[1] if old.is_file() and NOTES in old.read_text() else ""
+    return "\n".join([*lines, "", NOTES]) + (notes or "\n")
+
+
+STYLE_ABOUT = {
+    "original": "the set's query",
+    "keywords": "its content words, stop words out, order kept, comma-separated",
+    "first words": "its first 3 to 5 content words (a search box)",
+    "phrases": "its runs of content words between stop words and punctuation, "
+    "semicolon-separated (a catchphrase list)",
+    "boolean": "its first 8 content words joined by AND",
+    "quoted": "its longest key phrase in double quotes, then up to 6 other content words",
+}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=("build", "collect", "score"))
+    parser.add_argument("--indexes", type=Path, default=INDEXES)
+    parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument("--only", default="", help="comma-separated corpus names")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    args.indexes.mkdir(parents=True, exist_ok=True)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    {"build": build, "collect": collect, "score": score}[args.step](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""benchmarks/styles.py: its fast path (each leg normalised once by the product's blend, a rule
+as a weighted sum) ranks as docsearch.fusion does, checked on random legs without data."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from docsearch.fusion import Fusion, document_rule
+from tests.helpers import REPO
+
+LEGS = ("lexical", "dense", "doc_lexical", "doc_dense", "reference")
+QUERIES = (
+    "coolant pump vibration in the night shift",  # a short sentence: the four-leg rule
+    "capital gains; transfer of capital asset; agricultural land",  # a list: TERM_LIST_RULE
+    " ".join(["word"] * 30),  # long: the lexical rule
+)
+
+
+@pytest.fixture(scope="module")
+def styles(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    sys.path.insert(0, str(REPO / "benchmarks"))  # its sibling modules (doclevel, eval_sets)
+    spec = importlib.util.spec_from_file_location(
+        "styles_benchmark", REPO / "benchmarks" / "styles.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _legs(rng: random.Random) -> dict[str, dict[str, float]]:
+    docs = [f"doc{i:02d}" for i in range(40)]
+    legs = {
+        leg: {d: rng.uniform(0.1, 20.0) for d in rng.sample(docs, rng.randint(1, 30))}
+        for leg in LEGS
+    }
+    # Both aggregations of chunk BM25 score the documents of the same chunks.
+    legs["lexical_sum5"] = {d: s * rng.uniform(1.0, 5.0) for d, s in legs["lexical"].items()}
+    return legs
+
+
+def _top(scores: dict[str, float]) -> list[str]:
+    return sorted(scores, key=lambda key: (-scores[key], key))[:10]
+
+
+def test_the_fast_path_ranks_as_the_product(styles: ModuleType) -> None:
+    rng = random.Random(7)
+    shipped = styles.ATTEMPTS[styles.SHIPPED]
+    before = styles.ATTEMPTS["before (d=0.4 for every short query)"]
+    for i in range(60):
+        text = QUERIES[i % len(QUERIES)]
+        legs = _legs(rng)
+        relevant = rng.choice(sorted(set().union(*legs.values())))
+        query = styles.Query(f"set\0q{i}", "set", "test", text, {relevant: 1})
+        row = styles.make_row({"sample": "set"}, query, "original", text, legs)
+        # The product's own fusion, run by make_row, against the weighted sums.
+        assert styles.fast_ndcg(row, shipped(row)) == pytest.approx(row.modes["hybrid"])
+        assert styles.fast_ndcg(row, before(row)) == pytest.approx(row.modes["hybrid before"])
+        product = styles.fuse(document_rule("hybrid", text), legs)
+        # (the lexical rule's scores are -inf for the keys only the dense legs found)
+        fast = {k: s for k, s in zip(row.keys, shipped(row), strict=True) if np.isfinite(s)}
+        assert _top(fast) == _top(product)
+        # Any dense share: the weighted sum equals Fusion's zscore blend key by key.
+        d = rng.choice((0.1, 0.25, 0.6))
+        weights = dict(zip(styles.HYBRID_LEGS, styles.share_weights(d), strict=True))
+        rule = Fusion("zscore", weights, aggregate={"lexical": "lse@0.1"})
+        fused = styles.fuse(rule, legs)
+        summed = styles.share_weights(d) @ row.z
+        assert np.allclose(summed, [fused[k] for k in row.keys], atol=1e-9)
