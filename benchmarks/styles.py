@@ -37,6 +37,7 @@ from calibrate import STOP
 from doclevel import Query, _doc_roles, group_queries, reference_scores
 from eval_sets import DATA, RESULTS, Group, machine, machine_lines, write_results
 
+from docsearch import fusion
 from docsearch.corpora.beir import CorpusDoc, RetrievalSet, load_beir
 from docsearch.evaluation import EvalIndex, ndcg_at_k
 from docsearch.fusion import (
@@ -50,6 +51,7 @@ from docsearch.fusion import (
 )
 from docsearch.indexer.filters import ChunkFilter
 from docsearch.retriever import clean_query
+from docsearch.snippets import STOPWORDS, WORD
 
 ENCODER = "sentence-transformers"
 INDEXES = Path("/work/cache/styles/indexes")
@@ -545,6 +547,7 @@ def cached_rows(cache: Path) -> list[Row]:
     rows = []
     for part in load_all(cache):
         tag = f"{part['sample']}:{[q.key for q in part['queries']]}:{sorted(part['styles'])}"
+        tag += f":{zlib.crc32(Path(fusion.__file__).read_bytes())}"  # rows hold the modes' scores
         path = cache / f"rows-{part['sample']}-{zlib.crc32(tag.encode()):08x}.pkl"
         if not path.is_file():
             path.write_bytes(pickle.dumps(rows_of([part])))
@@ -554,7 +557,8 @@ def cached_rows(cache: Path) -> list[Row]:
 
 # The attempts: how each short query (under LONG_QUERY_WORDS words) is ranked; long ones always
 # take the lexical rule. `d` is the dense legs' share (0.4 before this study); a list is a query
-# fusion.is_term_list accepts; `tau` the agreement guard (dense x min(1, overlap@10 / tau)).
+# the attempt's trigger accepts (fusion.is_term_list unless named); `tau` the agreement guard
+# (dense x min(1, overlap@10 / tau)).
 
 
 def share_weights(d: float) -> np.ndarray:
@@ -563,12 +567,14 @@ def share_weights(d: float) -> np.ndarray:
     return np.array([lexical / 3, 2 * lexical / 3, d / 2, d / 2])
 
 
-def attempt(d_other: float, d_list: float | None, tau: float | None = None) -> Any:
-    """Rank a row: the lexical rule when long, else zscore at share d_list (a list; None: the
-    lexical rule) or d_other, the guard (if any) on lists."""
+def attempt(
+    d_other: float, d_list: float | None, tau: float | None = None, trigger: Any = is_term_list
+) -> Any:
+    """Rank a row: the lexical rule when long, else zscore at share d_list (a list, as `trigger`
+    says; None: the lexical rule) or d_other, the guard (if any) on lists."""
 
     def ranked(row: Row) -> np.ndarray:
-        listed = is_term_list(row.text)
+        listed = trigger(row.text)
         if row.feats["words"] >= LONG_QUERY_WORDS or (listed and d_list is None):
             return row.lex
         weights = share_weights(d_list if listed and d_list is not None else d_other)
@@ -582,14 +588,50 @@ def attempt(d_other: float, d_list: float | None, tau: float | None = None) -> A
     return ranked
 
 
+# Triggers for key terms typed without commas (issue 37's follow-up): lists, or at least n words
+# none of which is a stop word (the product's snippets.STOPWORDS), or a boolean AND/OR query.
+_BOOLEAN = re.compile(r"\s(?:AND|OR)\s")
+
+
+def no_stop_words(n: int) -> Any:
+    def trigger(text: str) -> bool:
+        words = WORD.findall(text)  # counted as fusion.is_keyword_query counts them
+        return len(text.split()) >= n and not any(w.lower() in STOPWORDS for w in words)
+
+    return trigger
+
+
+def either(*triggers: Any) -> Any:
+    return lambda text: any(t(text) for t in triggers)
+
+
 ATTEMPTS = {
     "before (d=0.4 for every short query)": attempt(0.4, 0.4),
     **{f"lists d={d}": attempt(0.4, d) for d in (0.0, 0.1, 0.2, 0.3)},
     "lists: the lexical rule": attempt(0.4, None),
     **{f"lists d=0.4, guard tau={t}": attempt(0.4, 0.4, t) for t in (0.3, 0.5, 0.7)},
     **{f"every short query d={d}": attempt(d, d) for d in (0.0, 0.2)},
+    **{
+        f"lists or >= {n} words without stop words, d=0.0": attempt(
+            0.4, 0.0, trigger=either(is_term_list, no_stop_words(n))
+        )
+        for n in (2, 3, 4, 5, 6, 7, 8)
+    },
+    "lists or boolean AND/OR, d=0.0": attempt(
+        0.4, 0.0, trigger=either(is_term_list, _BOOLEAN.search)
+    ),
+    **{
+        f"lists or >= {n} words without stop words or boolean, d=0.0": attempt(
+            0.4, 0.0, trigger=either(is_term_list, no_stop_words(n), _BOOLEAN.search)
+        )
+        for n in (3, 6)
+    },
+    "lists or >= 3 words without stop words, d=0.2": attempt(
+        0.4, 0.2, trigger=either(is_term_list, no_stop_words(3))
+    ),
 }
-SHIPPED = "lists d=0.0"  # fusion.TERM_LIST_RULE
+MAIN = "lists d=0.0"  # the rule before the no-stop-word trigger: comma lists only
+SHIPPED = "lists or >= 6 words without stop words, d=0.0"  # fusion.document_rule, is_key_terms
 
 
 def cell_means(rows: list[Row], values: np.ndarray, role: str) -> dict[tuple[str, str], float]:
@@ -621,7 +663,12 @@ def study(rows: list[Row]) -> dict[str, Any]:
             margins = {c: m - bars[role][c] for c, m in means.items()}
             worst = min(margins, key=lambda c: margins[c])
             lists = [m for c, m in means.items() if c[1] in ("keywords", "phrases")]
+            main = cell_means(rows, values[MAIN], role)
+            versus = {c: m - main[c] for c, m in means.items()}
+            most = min(versus, key=lambda c: versus[c])
             out[role] = {
+                "original": min(v for c, v in versus.items() if c[1] == "original"),
+                "versus main": [*most, versus[most]],
                 "worst": [*worst, margins[worst]],
                 "fails": sum(m < -TOLERANCE for m in margins.values()),
                 "mean": float(np.mean(list(means.values()))),
@@ -716,7 +763,8 @@ def markdown(payload: dict[str, Any], command: str) -> str:
         "- styles: " + "; ".join(f"`{k}`: {v}" for k, v in STYLE_ABOUT.items()),
         "- modes: BM25 = whole-document BM25 (rank-bm25, k1 0.9, b 0.4); lexical, vector = the "
         "modes; hybrid before = the rule of 12bf41f; hybrid = fusion.document_rule now (a "
-        "short list of key terms by TERM_LIST_RULE). All through docsearch.fusion over legs "
+        "short query of key terms, fusion.is_key_terms: a list, or 6+ words without a stop "
+        "word, by TERM_LIST_RULE). All through docsearch.fusion over legs "
         "searched once through the real store.",
         f"- fast path (blend-normalised legs, weighted sums) against the product's Fusion: "
         f"{payload['twin']['hybrid before']} and {payload['twin']['hybrid']} of "
@@ -741,18 +789,24 @@ def markdown(payload: dict[str, Any], command: str) -> str:
         "## Attempts (short queries; long ones take the lexical rule in every attempt)",
         "",
         "Worst cell: the lowest margin over max(lexical, BM25) among set x style cells; fails: "
-        "cells below -0.005; lists: mean over the keywords and phrases cells.",
+        "cells below -0.005; lists: mean over the keywords and phrases cells; original: the "
+        f"lowest difference on a set's original queries against `{MAIN}` (comma lists, the rule "
+        "before the no-stop-word trigger; at most 0.005 lost is allowed); most lost: the cell "
+        "that attempt loses most on against it.",
         "",
-        "| attempt | tune worst | tune fails | tune mean | tune lists | test worst | test fails "
-        "| test mean | test lists |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| attempt | tune worst | tune fails | tune mean | tune lists | tune original "
+        "| tune most lost | test worst | test fails | test mean | test lists | test original "
+        "| test most lost |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, got in payload["study"]["summary"].items():
         cells = []
         for role in ("tune", "test"):
             r = got[role]
             worst = f"{r['worst'][0]} / {r['worst'][1]} {r['worst'][2]:+.4f}"
+            lost = f"{r['versus main'][0]} / {r['versus main'][1]} {r['versus main'][2]:+.4f}"
             cells += [worst, str(r["fails"]), f"{r['mean']:.4f}", f"{r['lists']:.4f}"]
+            cells += [f"{r['original']:+.4f}", lost]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -23,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from docsearch.snippets import STOPWORDS, WORD
+
 Scores = Mapping[str, float]
 METHODS = ("maxnorm", "rrf", "minmax", "zscore")
 
@@ -207,12 +209,35 @@ def is_term_list(query: str) -> bool:
     return len(terms) >= TERM_LIST_PARTS and all(len(words) <= TERM_WORDS for words in terms)
 
 
+# Key terms typed without separators ("capital gains agricultural land income tax exemption")
+# are told by the absence of function words: KEYWORD_WORDS or more words, not one of them a stop
+# word. On the query-style suite (benchmarks/styles.py, results/styles.md) every floor from 2 to
+# 8 words kept all tuning cells above max(lexical mode, whole-document BM25) - 0.005; a floor of
+# 3 to 5 also takes the words typed into a search box and short titles, where the dense side
+# helps on half the shared sets (a 4-word title lost 0.37 on its own); 6 keeps nearly all the
+# key-term lists that 3 catches (79 of 85 of irled2017-precedent's, commas dropped).
+KEYWORD_WORDS = 6
+
+
+def is_keyword_query(query: str) -> bool:
+    """Whether `query` is key terms without separators: KEYWORD_WORDS or more words, none of
+    them a stop word."""
+    words = WORD.findall(query)  # the pieces of "E-MOT-21" are words, but one word long
+    return len(query.split()) >= KEYWORD_WORDS and not any(w.lower() in STOPWORDS for w in words)
+
+
+def is_key_terms(query: str) -> bool:
+    """Whether `query` is key terms, in a list (is_term_list) or without separators
+    (is_keyword_query)."""
+    return is_term_list(query) or is_keyword_query(query)
+
+
 def document_rule(mode: str, query: str) -> Fusion:
     """The document rule `mode` ranks `query` by (DOCUMENT_RULES, LONG_QUERY_WORDS; a short
-    hybrid query that is a list of key terms, TERM_LIST_RULE)."""
+    hybrid query of key terms, is_key_terms, TERM_LIST_RULE)."""
     if mode == "hybrid" and len(query.split()) >= LONG_QUERY_WORDS:
         return DOCUMENT_RULES["lexical"]
-    if mode == "hybrid" and is_term_list(query):
+    if mode == "hybrid" and is_key_terms(query):
         return TERM_LIST_RULE
     return DOCUMENT_RULES[mode]
 

@@ -8,7 +8,7 @@ Modes: `hybrid` (dense + BM25, fused; the default when the collection has vector
 `lexical` (loads no model). Documents are ranked by legs at the document level (whole-document
 BM25, the doc-mean vector) and chunk legs aggregated per document, fused by the mode's rule in
 `docsearch.fusion.DOCUMENT_RULES` (a hybrid query of LONG_QUERY_WORDS or more takes the lexical
-rule, a shorter list of key terms fusion.TERM_LIST_RULE; neither is encoded); where no document leg can answer (a collection without a
+rule, a shorter query of key terms (fusion.is_key_terms) fusion.TERM_LIST_RULE; neither is encoded); where no document leg can answer (a collection without a
 document table, a `where` on chunk columns) a document scores as its best chunk in each leg
 (CHUNK_FUSION). A document hit carries its best passages (up to MAX_PASSAGES, ranked as passage
 search ranks them); `granularity="passage"` returns chunks instead (for RAG). Exact identifiers in

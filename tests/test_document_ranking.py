@@ -16,7 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from docsearch.fusion import LONG_QUERY_WORDS, TERM_LIST_RULE, document_rule, is_term_list
+from docsearch.fusion import (
+    LONG_QUERY_WORDS,
+    TERM_LIST_RULE,
+    document_rule,
+    is_keyword_query,
+    is_term_list,
+)
 from docsearch.retriever import Hit, Retriever
 from tests.fakes import HashingEncoder
 from tests.helpers import index_into
@@ -347,3 +353,39 @@ def test_which_queries_are_lists_of_terms(query: str, terms: bool) -> None:
     assert is_term_list(query) is terms
     rule = document_rule("hybrid", query)
     assert (rule is TERM_LIST_RULE) is (terms and len(query.split()) < LONG_QUERY_WORDS)
+
+
+@pytest.mark.parametrize(
+    ("query", "keywords"),
+    [
+        ("capital gains agricultural land income tax exemption", True),  # terms, no commas
+        ('"reasonable doubt" circumstantial evidence murder conviction appeal', True),
+        ("Tirasemtiv targets cardiac muscle fibres directly", True),  # six words: the floor
+        ("Improved Statistical Alignment Models", False),  # a title: a search box's length
+        ("capital gains agricultural land exemption", False),  # five words: under the floor
+        ("burden of proof reasonable doubt circumstantial evidence", False),  # "of"
+        ("What did the committee decide about the budget", False),
+    ],
+)
+def test_which_queries_are_key_terms_without_separators(query: str, keywords: bool) -> None:
+    """Six or more words, none a stop word, are key terms typed without commas: the short
+    hybrid query takes TERM_LIST_RULE as a comma list does; titles and sentences do not."""
+    assert is_keyword_query(query) is keywords
+    assert not is_term_list(query)
+    assert (document_rule("hybrid", query) is TERM_LIST_RULE) is keywords
+    assert document_rule("lexical", query) is not TERM_LIST_RULE
+
+
+def test_key_terms_without_commas_are_not_encoded(corpus: tuple[str, Path]) -> None:
+    """A hybrid search for space-separated key terms runs the lexical legs alone, as the same
+    terms with commas do, and gives the same ranking."""
+    db, _ = corpus
+    retriever = Retriever("hyb", db=db)
+    retriever._encoder = CountingEncoder(max_tokens=40)
+    CountingEncoder.calls = 0
+    spaced = retriever.search("coolant pump vibration night shift bearing", k=5)
+    assert CountingEncoder.calls == 0
+    assert {"doc_lexical", "lexical", "fused"} == set(spaced[0].scores)
+    listed = retriever.search("coolant pump, vibration, night shift, bearing", k=5)
+    assert [h.doc_id for h in spaced] == [h.doc_id for h in listed]
+    assert [h.score for h in spaced] == pytest.approx([h.score for h in listed], rel=1e-6)

@@ -169,7 +169,7 @@ def test_settings_choose_a_chunk_fusion_only_when_asked(monkeypatch: pytest.Monk
 
 def test_a_long_hybrid_query_takes_the_lexical_rule() -> None:
     """Word count by whitespace; the threshold itself is long; other modes never switch."""
-    short = " ".join(["clause"] * (LONG_QUERY_WORDS - 1))
+    short = " ".join(["the"] + ["clause"] * (LONG_QUERY_WORDS - 2))  # a stop word: not key terms
     long = short + " termination"
     assert document_rule("hybrid", short) is DOCUMENT_RULES["hybrid"]
     assert document_rule("hybrid", long) is DOCUMENT_RULES["lexical"]
