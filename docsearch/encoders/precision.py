@@ -54,8 +54,8 @@ MIN_SPEEDUP = 1.15
 # The gate every automatic choice keeps (the issue's: mean cosine to fp32 vectors).
 MIN_COSINE = 0.999
 # A verdict is confident when it holds with every candidate's median moved this many of its
-# standard errors either way (2: about 95% for each).
-NOISE_Z = 2.0
+# standard errors either way (a ratio of two medians then moves ~2.1 of its own: ~97% one-sided).
+NOISE_Z = 1.5
 PROVISIONAL_TRIES = 3  # processes that measure again after a verdict that was not confident
 # Part of the cache key: choices cached before int8 could be chosen (1), before it ran on CPUs
 # without int8 dot products (2), or made from one timing of each (3) are measured again.

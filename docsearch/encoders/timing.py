@@ -8,7 +8,8 @@ relative standard error as its noise. A run counts as busy when the process got 
 than its threads could use in that wall time (under BUSY_SHARE of threads x wall: other
 processes held the cores); busy runs are left out while MIN_QUIET quiet ones remain. More
 rounds are timed (ROUNDS at a time, up to MAX_ROUNDS) while the caller's verdict is not
-`settled` by the medians and their noise, or while the machine looks busy (most runs busy, or a
+`settled` by the medians and their noise, while a candidate has fewer than MIN_QUIET quiet
+runs, or while the machine looks busy (most runs busy, or a
 1-minute load average above the cores) and fewer than BUSY_ROUNDS were timed.
 
 `Clock` is what the timing reads (wall time, process CPU time, load average, cores); tests hand
@@ -115,5 +116,6 @@ def interleaved(
         busy = timings.busy_share() > 0.5 or max(timings.loads) > clock.cores + 0.5
         if timings.rounds >= MAX_ROUNDS:
             return timings
-        if settled(medians, noise) and not (busy and timings.rounds < BUSY_ROUNDS):
+        enough = all(len(timings.quiet[n]) >= MIN_QUIET for n in names)
+        if enough and settled(medians, noise) and not (busy and timings.rounds < BUSY_ROUNDS):
             return timings
