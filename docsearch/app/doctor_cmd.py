@@ -25,6 +25,9 @@ def doctor(
     db = Settings.resolve(db=db).db
     names = [collection] if collection else list_collections(db)
     report: dict[str, Any] = {"docsearch": __version__, "db": db, "collections": {}}
+    from docsearch.encoders.precision import describe_choices
+
+    report["inference"] = describe_choices()  # what precision=auto runs on this machine
     problems = 0
     for name in names:
         store = Store.open(db, name)
@@ -45,6 +48,8 @@ def doctor(
 
 def _print_doctor(report: dict[str, Any]) -> None:
     typer.echo(f"docsearch {report['docsearch']}  db: {report['db']}")
+    for line in report["inference"]:
+        typer.echo(f"inference on this machine: {line}")
     for name, h in report["collections"].items():
         ok = "ok" if not h["failed_files"] and not h["fts_unindexed_rows"] else "needs attention"
         typer.echo(

@@ -151,7 +151,9 @@ def int8_available() -> bool:
 Measure = Callable[[Sequence[str]], dict[str, dict[str, float]]]
 
 
-def choose_precision(device: str, key: dict[str, Any], measure: Measure, onnx: bool = False) -> str:
+def choose_precision(
+    device: str, key: dict[str, Any], measure: Measure, onnx: bool = False, label: str = ""
+) -> str:
     """The precision "auto" runs in on `device`: fp32 when there is no candidate, otherwise what
     `measure(candidates)` ({name: {"seconds", "cosine"[, "noise"]}}, fp32 included) decides,
     once per `key` and candidate list (a provisional verdict: see the module docstring)."""
@@ -171,7 +173,7 @@ def choose_precision(device: str, key: dict[str, Any], measure: Measure, onnx: b
         if not cached.get("confident", True) and tries < PROVISIONAL_TRIES:
             raise ValueError("provisional")
     except (OSError, ValueError, KeyError, TypeError):
-        choice = _calibrate(key, lambda: measure(names), path, tries + 1)
+        choice = _calibrate(key, lambda: measure(names), path, tries + 1, label)
     _CHOSEN[digest] = check_precision(choice)
     return _CHOSEN[digest]
 
@@ -214,7 +216,11 @@ def confident(measured: dict[str, dict[str, float]]) -> bool:
 
 
 def _calibrate(
-    key: dict[str, Any], measure: Callable[[], dict[str, dict[str, float]]], path: Path, tries: int
+    key: dict[str, Any],
+    measure: Callable[[], dict[str, dict[str, float]]],
+    path: Path,
+    tries: int,
+    label: str = "",
 ) -> str:
     started = time.monotonic()
     measured = measure()
@@ -230,6 +236,7 @@ def _calibrate(
         "once" if sure else f"provisional, try {tries} of {PROVISIONAL_TRIES}",
     )  # fmt: skip
     record = {**key, "measured": measured, "choice": choice, "confident": sure, "tries": tries}
+    record |= {"label": label or key["model"], "engine": engine(choice)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")  # two processes may race here
@@ -278,6 +285,54 @@ def time_precisions(
         }
         for name in models
     }
+
+
+def cached_choices() -> list[dict[str, Any]]:
+    """The choices "auto" made on this machine (this CPU, its flags, ISA caps and torch), as
+    cached: {"label" (the model), "threads", "choice", "engine", "confident", "measured"}; read
+    without importing torch (for `doctor` and `models list`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from docsearch.config import cache_home
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        return []
+    here = {"cpu": _cpu_model(), "flags": _cpu_flags_digest(), "isa_caps": isa_caps()}
+    here |= {"machine": platform.machine(), "version": CHOICE_VERSION}
+    found = []
+    for path in sorted((cache_home() / "calibration").glob("precision-*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or "choice" not in record:
+            continue
+        if (
+            all(record.get(k) == v for k, v in here.items())
+            and record.get("torch") == torch_version
+        ):
+            record.setdefault("label", record.get("model", "?"))
+            record.setdefault("engine", engine(str(record["choice"])))
+            found.append(record)
+    return found
+
+
+def describe_choices() -> list[str]:
+    """One line per cached choice: "all-MiniLM-L6-v2, 2 threads: onnxruntime fp32 (...)"."""
+    lines = []
+    for record in cached_choices():
+        measured = record.get("measured", {})
+        chosen = measured.get(record["choice"], {}).get("seconds")
+        fp32 = measured.get("fp32", {}).get("seconds")
+        speed = f", {fp32 / chosen:.2f}x torch fp32" if chosen and fp32 else ""
+        sure = "" if record.get("confident", True) else ", provisional"
+        lines.append(
+            f"{record['label']}, {record.get('threads')} threads: {record['engine']} "
+            f"(precision=auto{speed}{sure})"
+        )
+    return lines
 
 
 def _cache_path(digest: str) -> Path:

@@ -187,7 +187,7 @@ class SentenceTransformerEncoder(HFEncoder):
             features = model.preprocess(list(CALIBRATION_TEXTS))
             return time_precisions(lambda m: m(dict(features))["sentence_embedding"], models)
 
-        return choose_precision(self.device, key, measure, onnx=onnx)
+        return choose_precision(self.device, key, measure, onnx=onnx, label=self.model_ref)
 
     def _architecture(self) -> str:
         """The shapes of the weights: what the speed of each precision depends on (a model
