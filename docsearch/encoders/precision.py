@@ -299,7 +299,8 @@ def cached_choices() -> list[dict[str, Any]]:
         torch_version = version("torch")
     except PackageNotFoundError:
         return []
-    here = {"cpu": _cpu_model(), "flags": _cpu_flags_digest(), "isa_caps": isa_caps()}
+    here: dict[str, Any] = {"cpu": _cpu_model(), "flags": _cpu_flags_digest()}
+    here["isa_caps"] = isa_caps()
     here |= {"machine": platform.machine(), "version": CHOICE_VERSION}
     found = []
     for path in sorted((cache_home() / "calibration").glob("precision-*.json")):
