@@ -18,8 +18,9 @@ or a second encoder in this one, reads it instead of measuring again). GPUs keep
 Noise (`time_precisions`, `timing.py`): the candidates are timed in interleaved rounds and
 scored by their medians; rounds are added while the verdict is not `confident` (it must hold
 with every median moved NOISE_Z standard errors either way) or the machine looked busy. A
-verdict that never became confident is used but cached as provisional: the next process
-measures again, up to PROVISIONAL_TRIES times, after which the last one is kept.
+verdict that never became confident, or was timed while other processes crowded out most runs
+(`crowded`), is used but cached as provisional: the next process measures again, up to
+PROVISIONAL_TRIES times, after which the last one is kept.
 
 `convert(module, precision)` makes the inference copy. Not here: which device (device.py),
 batching (batching.py), the models themselves, the int8 layers (int8.py).
@@ -33,6 +34,7 @@ import itertools
 import json
 import logging
 import platform
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -215,6 +217,14 @@ def confident(measured: dict[str, dict[str, float]]) -> bool:
     return True
 
 
+def crowded(measured: dict[str, dict[str, float]]) -> bool:
+    """Most timed runs were crowded out by other processes. Under such a load the order can
+    change (MiniLM, 2 cores, a 2-process load: torch bf16 fell from ~3.4x fp32 to ~1.4x, ONNX
+    Runtime fp32 kept 1.7-2.3x: benchmarks/results/auto_choice.md): the verdict is provisional."""
+    busy = sum(found.get("busy_runs", 0) for found in measured.values())
+    return busy > sum(found.get("quiet_runs", busy) for found in measured.values())
+
+
 def _calibrate(
     key: dict[str, Any],
     measure: Callable[[], dict[str, dict[str, float]]],
@@ -225,7 +235,7 @@ def _calibrate(
     started = time.monotonic()
     measured = measure()
     choice = decide(measured)
-    sure = confident(measured)
+    sure = confident(measured) and not crowded(measured)
     found = ", ".join(
         f"{name} {m['seconds']:.3f} s" + (f" cosine {m['cosine']:.5f}" if name != "fp32" else "")
         for name, m in measured.items()
@@ -282,6 +292,8 @@ def time_precisions(
             **cosines[name],
             "runs": len(timings.runs(name)),
             "busy_runs": len(timings.busy[name]),
+            "cpu_seconds": statistics.median(timings.cpu[name]),
+            "quiet_runs": len(timings.quiet[name]),
         }
         for name in models
     }

@@ -57,6 +57,7 @@ class Timings:
     quiet: dict[str, list[float]]
     busy: dict[str, list[float]]
     loads: list[float] = field(default_factory=list)
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # every run's process CPU seconds
     rounds: int = 0
 
     def runs(self, name: str) -> list[float]:
@@ -109,6 +110,7 @@ def interleaved(
                 wall, cpu = clock.wall() - wall, clock.cpu() - cpu
                 crowded = cpu < BUSY_SHARE * threads * wall
                 (timings.busy if crowded else timings.quiet)[name].append(wall)
+                timings.cpu.setdefault(name, []).append(cpu)
             timings.rounds += 1
         timings.loads.append(clock.load())
         medians = {n: timings.median(n) for n in names}

@@ -160,3 +160,12 @@ def test_a_provisional_verdict_is_measured_again_by_the_next_processes(
     [saved] = (tmp_path / "calibration").glob("precision-*.json")
     record = json.loads(saved.read_text())
     assert record["confident"] is False and record["tries"] == precision.PROVISIONAL_TRIES
+
+
+def test_a_verdict_timed_on_a_crowded_machine_is_provisional() -> None:
+    """Most runs crowded out: the verdict may be the load's, not the machine's, so it is not
+    kept for good however clear it looks."""
+    crowded = measured(FakeMachine(SECONDS, noise=0.02, seed=0, crowded=0.9))
+    assert precision.crowded(crowded)
+    quiet = measured(FakeMachine(SECONDS, noise=0.02, seed=0))
+    assert not precision.crowded(quiet) and precision.confident(quiet)
