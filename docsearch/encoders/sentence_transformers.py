@@ -17,6 +17,7 @@ Not here: training (see `docsearch.training`).
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,8 @@ from docsearch.encoders.precision import (
 )
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import UsageError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Rows per forward. 16 full MiniLM windows ran faster than 32 or 64 in fp32 and bf16 alike and
@@ -183,7 +186,14 @@ class SentenceTransformerEncoder(HFEncoder):
             key["onnxruntime"] = onnxruntime.__version__
 
         def measure(names: Sequence[str]) -> dict[str, dict[str, float]]:
-            models = {"fp32": model, **{name: self._converted(model, name) for name in names}}
+            models = {"fp32": model}
+            for name in names:
+                try:
+                    models[name] = self._converted(model, name)
+                except Exception as exc:  # torch is the fallback: an export that fails is
+                    if name not in ONNX_PRECISIONS:  # not a candidate, nothing more
+                        raise
+                    log.warning("%s left out of precision=auto: %s", name, exc)
             features = model.preprocess(list(CALIBRATION_TEXTS))
             return time_precisions(lambda m: m(dict(features))["sentence_embedding"], models)
 

@@ -158,3 +158,20 @@ def test_auto_times_onnx_beside_torch_and_keeps_the_gate(tiny_st: Path, own_cach
     assert encoder.precision == record["choice"] == precision.decide(record["measured"])  # type: ignore[attr-defined]
     assert record["measured"][record["choice"]]["cosine"] >= precision.MIN_COSINE
     assert record["measured"]["onnx-fp32"]["cosine"] > 0.99999
+
+
+def test_auto_falls_back_to_torch_when_the_export_fails(
+    tiny_st: Path,
+    own_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*_: object) -> None:
+        raise RuntimeError("exporter broke")
+
+    monkeypatch.setattr(onnx_backend, "_export_fp32", broken)
+    encoder = get_encoder("sentence-transformers", model=str(tiny_st))
+    assert encoder.precision not in precision.ONNX_PRECISIONS  # type: ignore[attr-defined]
+    assert "onnx-fp32 left out of precision=auto: exporter broke" in caplog.text
+    [saved] = (own_cache / "calibration").glob("precision-*.json")
+    assert not set(precision.ONNX_PRECISIONS) & set(json.loads(saved.read_text())["measured"])
