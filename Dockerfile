@@ -9,7 +9,7 @@ FROM python:3.11-slim-bookworm
 
 # cpu: torch from the CPU wheel index; cuda: CUDA 12.8 wheels plus the flash-attn extra.
 ARG VARIANT=cpu
-ARG EXTRAS=ui,ocr,office
+ARG EXTRAS=ui,ocr,office,onnx
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -12,13 +12,13 @@ QUERY ?= when can either party terminate the agreement for cause
 .PHONY: install demo test test-all test-browser test-ray lint bench clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
-	PYTHON=$(PYTHON) VENV=$(VENV) EXTRAS=test,dev,ui,ocr,office scripts/install.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) EXTRAS=test,dev,ui,ocr,office,onnx scripts/install.sh
 	touch $@
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed-ray: $(VENV)/.installed
-	PYTHON=$(PYTHON) VENV=$(VENV) EXTRAS=test,dev,ui,ocr,office,ray scripts/install.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) EXTRAS=test,dev,ui,ocr,office,onnx,ray scripts/install.sh
 	touch $@
 
 demo: install

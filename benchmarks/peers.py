@@ -1,6 +1,6 @@
 """Indexing throughput and search latency of docsearch next to what users would pick instead.
 
-    python benchmarks/peers.py [--tools docsearch,llamaindex,txtai,hand] [--rounds 3]
+    python benchmarks/peers.py [--tools docsearch,llamaindex,txtai,fastembed,hand] [--rounds 3]
         [--contracts 40] [--docsearch-python PATH] [--docsearch-path DIR] [--venv DIR]
         [--threads 2] [--queries 30] [--no-search] [--out benchmarks/results] [--name peers]
         [--docsearch-option precision=fp32]
@@ -14,6 +14,11 @@ the same torch thread count. Tools:
   PYTHONPATH, so the same script measures a worktree before and after a change;
 - `llamaindex`: SimpleDirectoryReader + SentenceSplitter + HuggingFaceEmbedding + LanceDB store;
 - `txtai`: Embeddings(content=True, hybrid=True), fed 254-token windows (it has no chunker);
+- `fastembed`: Qdrant's ONNX Runtime embedder (what speed-minded users pick) on the same MiniLM,
+  exported to ONNX once before the rounds (`export_onnx`: transformers' BertModel, its
+  last_hidden_state; fastembed mean-pools and normalises, as MiniLM does) and loaded from that
+  folder (`specific_model_path`: it cannot download); 254-token windows, batch 32, stored like
+  `hand` (a LanceDB table + FTS): fastembed embeds only;
 - `hand`: 254-token windows, SentenceTransformer.encode(batch_size=32), a LanceDB table + FTS;
 - `hand-bf16`: the same with the model in bfloat16 (opt-in: very slow without bf16 hardware).
 The peers run in their own virtual environment (`--venv`, created with pinned versions on first
@@ -55,9 +60,17 @@ COLLECTION = "peers"
 WINDOW = 254  # MiniLM's 256-token window less [CLS] and [SEP]
 HAND_BATCH = 32
 NOTES = "<!-- NOTES: text below this line is kept when the script rewrites the file -->"
-TOOLS = ("docsearch", "llamaindex", "txtai", "hand", "hand-bf16")
-DEFAULT_TOOLS = ("docsearch", "llamaindex", "txtai", "hand")
-PEERS = ("llamaindex", "txtai")  # the libraries a user would pick instead
+TOOLS = ("docsearch", "llamaindex", "txtai", "fastembed", "hand", "hand-bf16")
+DEFAULT_TOOLS = ("docsearch", "llamaindex", "txtai", "fastembed", "hand")
+PEERS = ("llamaindex", "txtai", "fastembed")  # the libraries a user would pick instead
+# The files fastembed reads beside the ONNX graph (the tokenizer and its settings).
+FASTEMBED_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "config.json",
+)
+FASTEMBED_NAME = "local/all-MiniLM-L6-v2"
 # The same releases as docsearch's own environment, so the comparison is not one of versions;
 # torch is the CPU build (an unpinned torch pulls the CUDA one).
 PINS = (
@@ -73,6 +86,8 @@ PINS = (
     "llama-index-vector-stores-lancedb",
     "llama-index-readers-file",
     "txtai",
+    "fastembed",
+    "onnx",  # fastembed's MiniLM is exported here (torch's exporter writes through it)
     "faiss-cpu",
     "pypdf",
     "docx2txt",
@@ -373,8 +388,6 @@ def set_threads() -> None:
 
 
 def index_hand(folder: Path, db: Path, model: Path, bf16: bool) -> dict[str, Any]:
-    import lancedb
-    import pyarrow as pa
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -384,6 +397,14 @@ def index_hand(folder: Path, db: Path, model: Path, bf16: bool) -> dict[str, Any
         encoder.to(torch.bfloat16)
     texts, paths, _ = token_windows(folder, model)
     vectors = encoder.encode(texts, batch_size=HAND_BATCH, normalize_embeddings=True)
+    return lance_table(db, texts, paths, vectors)
+
+
+def lance_table(db: Path, texts: list[str], paths: list[str], vectors: Any) -> dict[str, Any]:
+    """The windows and their vectors as a LanceDB table with a full-text index (hand, fastembed)."""
+    import lancedb
+    import pyarrow as pa
+
     table = pa.table(
         {
             "text": texts,
@@ -396,6 +417,69 @@ def index_hand(folder: Path, db: Path, model: Path, bf16: bool) -> dict[str, Any
     store = lancedb.connect(str(db)).create_table("chunks", data=table)
     store.create_fts_index("text")
     return {"chunks": len(texts)}
+
+
+def export_onnx(model: Path, dest: Path) -> dict[str, Any]:
+    """MiniLM's BERT (token embeddings out) as dest/model.onnx, beside its tokenizer files: the
+    folder fastembed loads. Not timed with the rounds: a user exports (or downloads) once."""
+    import shutil as files
+
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, bert: Any) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            out = self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            )
+            return out.last_hidden_state
+
+    dest.mkdir(parents=True, exist_ok=True)
+    bert = Hidden(AutoModel.from_pretrained(str(model))).eval()  # eval: no dropout exported
+    sample = AutoTokenizer.from_pretrained(str(model))(
+        ["an export", "sample"], padding=True, return_tensors="pt"
+    )
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    zeros = torch.zeros_like(sample["input_ids"])  # a tokenizer without token types
+    axes = {name: {0: "batch", 1: "tokens"} for name in [*names, "last_hidden_state"]}
+    with torch.no_grad():
+        torch.onnx.export(
+            bert, tuple(sample.get(n, zeros) for n in names), str(dest / "model.onnx"),
+            dynamo=False,
+            opset_version=17, input_names=names, output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+        )  # fmt: skip
+    for name in FASTEMBED_FILES:
+        if (model / name).is_file():
+            files.copy(model / name, dest / name)
+    return {"onnx_mb": round((dest / "model.onnx").stat().st_size / 2**20, 1)}
+
+
+def fastembed_model(onnx_dir: Path) -> Any:
+    """fastembed's TextEmbedding on the local export: mean pooling and unit vectors, as MiniLM."""
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
+    if FASTEMBED_NAME not in {m["model"] for m in TextEmbedding.list_supported_models()}:
+        TextEmbedding.add_custom_model(
+            model=FASTEMBED_NAME, pooling=PoolingType.MEAN, normalization=True,
+            sources=ModelSource(hf=FASTEMBED_NAME), dim=384, model_file="model.onnx",
+        )  # fmt: skip
+    threads = int(os.environ.get("PEERS_THREADS", "2"))
+    return TextEmbedding(FASTEMBED_NAME, specific_model_path=str(onnx_dir), threads=threads)
+
+
+def index_fastembed(folder: Path, db: Path, model: Path, onnx_dir: Path) -> dict[str, Any]:
+    import numpy as np
+
+    embedder = fastembed_model(onnx_dir)
+    texts, paths, _ = token_windows(folder, model)
+    vectors = np.asarray(list(embedder.embed(texts, batch_size=HAND_BATCH)), dtype=np.float32)
+    return lance_table(db, texts, paths, vectors)
 
 
 def index_txtai(folder: Path, db: Path, model: Path) -> dict[str, Any]:
@@ -448,7 +532,7 @@ def index_llamaindex(folder: Path, db: Path, model: Path) -> dict[str, Any]:
     }
 
 
-def searcher(tool: str, db: Path, model: Path) -> Any:
+def searcher(tool: str, db: Path, model: Path, onnx_dir: Path = Path()) -> Any:
     """A function query -> hits over the tool's index, everything loaded (one warm process)."""
     if tool == "docsearch":
         from docsearch.retriever import Retriever
@@ -473,15 +557,24 @@ def searcher(tool: str, db: Path, model: Path) -> Any:
         retriever = index.as_retriever(similarity_top_k=10)
         return retriever.retrieve
     import lancedb
-    from sentence_transformers import SentenceTransformer
 
-    set_threads()
-    encoder = SentenceTransformer(str(model), device="cpu")
     table = lancedb.connect(str(db)).open_table("chunks")
+    if tool == "fastembed":
+        embedder = fastembed_model(onnx_dir)
+
+        def embed(q: str) -> Any:
+            return next(iter(embedder.query_embed(q)))
+    else:
+        from sentence_transformers import SentenceTransformer
+
+        set_threads()
+        encoder = SentenceTransformer(str(model), device="cpu")
+
+        def embed(q: str) -> Any:
+            return encoder.encode([q], normalize_embeddings=True)[0]
 
     def hybrid(q: str) -> Any:
-        vector = encoder.encode([q], normalize_embeddings=True)[0]
-        return table.search(query_type="hybrid").vector(vector).text(q).limit(10).to_list()
+        return table.search(query_type="hybrid").vector(embed(q)).text(q).limit(10).to_list()
 
     return hybrid
 
@@ -504,9 +597,12 @@ def percentiles(ms: list[float]) -> dict[str, float]:
 def worker(args: argparse.Namespace) -> None:
     """One job in a fresh process (`_index`, `_search`, `_count`); writes its JSON to --result."""
     folder, db, model = Path(args.folder or "."), Path(args.db or "."), Path(args.model)
+    onnx_dir = Path(args.onnx_dir or ".")
     start = time.perf_counter()
     result: dict[str, Any]
-    if args.job == "_count":
+    if args.job == "_export":
+        result = export_onnx(model, onnx_dir)
+    elif args.job == "_count":
         texts, _, total = token_windows(folder, model)
         result = {"tokens": total, "windows": len(texts), "files": len(folder_files(folder))}
     elif args.job == "_index":
@@ -514,12 +610,13 @@ def worker(args: argparse.Namespace) -> None:
             "hand": lambda: index_hand(folder, db, model, bf16=False),
             "hand-bf16": lambda: index_hand(folder, db, model, bf16=True),
             "txtai": lambda: index_txtai(folder, db, model),
+            "fastembed": lambda: index_fastembed(folder, db, model, onnx_dir),
             "llamaindex": lambda: index_llamaindex(folder, db, model),
         }
         result = jobs[args.tool]()
     else:
         queries = json.loads(Path(args.queries_path).read_text())
-        search = searcher(args.tool, db, model)
+        search = searcher(args.tool, db, model, onnx_dir)
         loaded = time.perf_counter() - start
         for warm in queries["short"][:2] + queries["long"][:2]:
             search(warm)
@@ -553,6 +650,7 @@ class Bench:
         self.folder = work / "folder"
         self.files = build_folder(self.folder, args.contracts)
         self.runs: dict[str, list[dict[str, Any]]] = {t: [] for t in self.tools}
+        self.onnx_dir = work / "minilm-onnx"  # fastembed's model, exported once
         self.last_db: dict[str, Path] = {}
 
     def job(self, job: str, tool: str = "", **paths: Path) -> list[str]:
@@ -568,7 +666,10 @@ class Bench:
         ]
         for name, value in paths.items():
             cmd += [f"--{name.replace('_', '-')}", str(value)]
-        return cmd
+        return cmd + (["--onnx-dir", str(self.onnx_dir)] if tool == "fastembed" else [])
+
+    def export_onnx(self) -> dict[str, Any]:
+        return self.run_job(self.job("_export", "fastembed"), self.env, "export-onnx")
 
     def run_job(self, cmd: list[str], env: dict[str, str], name: str) -> dict[str, Any]:
         result = self.work / f"{name}.json"
@@ -780,6 +881,7 @@ SEARCH_MODES = {
     "docsearch": "hybrid (default), documents",
     "llamaindex": "vector (default retriever)",
     "txtai": "hybrid",
+    "fastembed": "lancedb hybrid (vector + FTS, RRF)",
     "hand": "lancedb hybrid (vector + FTS, RRF)",
 }
 
@@ -817,6 +919,8 @@ def orchestrate(args: argparse.Namespace) -> None:
         count = bench.count_tokens()
         tokens = count["tokens"]
         print(f"folder: {bench.files} files, {tokens:,} tokens; model {bench.model}", flush=True)
+        if "fastembed" in bench.tools:
+            print(f"fastembed's ONNX export: {json.dumps(bench.export_onnx())}", flush=True)
         order = []
         for round_no in range(args.rounds):
             for tool in rotated(bench.tools, round_no):
@@ -868,7 +972,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "job",
         nargs="?",
         default="bench",
-        choices=("bench", "render", "_index", "_search", "_count"),
+        choices=("bench", "render", "_index", "_search", "_count", "_export"),
     )
     parser.add_argument(
         "--tools", default=",".join(DEFAULT_TOOLS), help=f"any of {', '.join(TOOLS)}"
@@ -897,6 +1001,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tool", default="")
     parser.add_argument("--folder", default="")
     parser.add_argument("--db", default="")
+    parser.add_argument("--onnx-dir", default="", help="fastembed's exported model (worker side)")
     parser.add_argument("--queries-file", dest="queries_path", default="")
     parser.add_argument("--result", default="")
     return parser.parse_args(argv)

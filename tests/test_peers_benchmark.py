@@ -135,3 +135,65 @@ def test_notes_under_the_marker_survive_a_rewrite(peers: ModuleType, tmp_path: P
 def test_html_text_drops_scripts_and_keeps_words(peers: ModuleType) -> None:
     markup = "<html><style>p{}</style><p>Target <b>130/80</b></p><script>x=1</script></html>"
     assert peers.html_text(markup) == "Target\n130/80"
+
+
+def test_fastembed_is_a_peer_library_in_the_ratios(peers: ModuleType) -> None:
+    def row(wall: float) -> dict[str, float]:
+        return {"wall_s": wall, "peak_rss_mb": 500, "peak_pss_mb": 500, "processes": 1, "cpu_s": 1}
+
+    runs = {"docsearch": [row(10)], "txtai": [row(20)], "fastembed": [row(15)], "hand": [row(22)]}
+    ratios = peers.ratios(peers.summarise(runs, tokens=1000))
+    assert "fastembed" in peers.DEFAULT_TOOLS
+    assert ratios["fastest_peer"] == "fastembed"
+    assert ratios["vs_fastest_peer"] == pytest.approx(1.5, abs=0.02)
+
+
+def test_fastembed_workers_get_the_local_export(peers: ModuleType, tmp_path: Path) -> None:
+    args = peers.parse(["_index", "--tool", "fastembed", "--onnx-dir", str(tmp_path)])
+    assert args.job == "_index" and args.onnx_dir == str(tmp_path)
+    assert peers.parse(["_export", "--tool", "fastembed"]).job == "_export"
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_onnx_export_fastembed_loads_gives_bert_token_vectors(
+    peers: ModuleType, tiny_st: Path, tmp_path: Path
+) -> None:
+    """The exported graph (what fastembed runs) gives the same token vectors as transformers'
+    BertModel, for another length and batch than it was traced with; the tokenizer travels."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import numpy as np
+    import onnxruntime
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    peers.export_onnx(tiny_st, tmp_path / "export")
+    assert (tmp_path / "export" / "tokenizer.json").is_file()
+    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "model.onnx"))
+    assert [o.name for o in session.get_outputs()] == ["last_hidden_state"]
+    tokens = AutoTokenizer.from_pretrained(str(tmp_path / "export"))
+    features = tokens(["pump valve alarm " * 5, "a", "fee due"], padding=True, return_tensors="pt")
+    types = features.get("token_type_ids", torch.zeros_like(features["input_ids"]))
+    feed = {**{k: v.numpy() for k, v in features.items()}, "token_type_ids": types.numpy()}
+    (got,) = session.run(None, feed)
+    with torch.no_grad():
+        bert = AutoModel.from_pretrained(str(tiny_st)).eval()
+        expected = bert(**features).last_hidden_state.numpy()
+    assert np.abs(got - expected).max() < 1e-4
+
+
+def test_fastembed_embeds_with_the_local_export(
+    peers: ModuleType, tiny_st: Path, tmp_path: Path
+) -> None:
+    """Where fastembed is installed (the peers' environment), it loads the export offline and
+    gives MiniLM's mean-pooled unit vectors."""
+    pytest.importorskip("fastembed")
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    peers.export_onnx(tiny_st, tmp_path / "export")
+    embedder = peers.fastembed_model(tmp_path / "export")
+    texts = ["pump valve alarm", "contract party shall terminate notice breach"]
+    got = np.asarray(list(embedder.embed(texts)))
+    expected = SentenceTransformer(str(tiny_st), device="cpu").encode(texts)
+    assert np.abs(got - expected).max() < 1e-4

@@ -31,6 +31,9 @@ def doctor(
     db = Settings.resolve(db=db).db
     names = [collection] if collection else list_collections(db)
     report: dict[str, Any] = {"docsearch": __version__, "db": db, "collections": {}}
+    from docsearch.encoders.precision import describe_choices
+
+    report["inference"] = describe_choices()  # what precision=auto runs on this machine
     problems = 0
     for name in names:
         store = Store.open(db, name)
@@ -61,6 +64,8 @@ def state(health: dict[str, Any]) -> str:
 
 def _print_doctor(report: dict[str, Any]) -> None:
     typer.echo(f"docsearch {report['docsearch']}  db: {report['db']}")
+    for line in report["inference"]:
+        typer.echo(f"inference on this machine: {line}")
     for name, h in report["collections"].items():
         typer.echo(
             f"{name}: {h['state']}; {h['files']} files, {h['chunks']} chunks, "

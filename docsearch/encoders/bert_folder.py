@@ -249,14 +249,7 @@ class BertSentenceModel(nn.Module):
     def preprocess(self, texts: list[str]) -> dict[str, torch.Tensor]:
         """Token ids, attention mask and token types, padded to the longest, truncated as
         sentence-transformers truncates (to `max_seq_length`)."""
-        if self.layout.lowercase:
-            texts = [t.lower() for t in texts]
-        return dict(
-            self.tokenizer(
-                texts, padding=True, truncation="longest_first", return_tensors="pt",
-                max_length=self.max_seq_length,
-            )
-        )  # fmt: skip
+        return tokenize(self.tokenizer, self.layout, self.max_seq_length, texts)
 
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         ids, mask = features["input_ids"], features["attention_mask"]
@@ -273,6 +266,20 @@ class BertSentenceModel(nn.Module):
         if self.layout.normalize:
             pooled = nn.functional.normalize(pooled, p=2, dim=1)
         return {"sentence_embedding": pooled}
+
+
+def tokenize(
+    tokenizer: Any, layout: FolderLayout, max_seq_length: int | None, texts: list[str]
+) -> dict[str, torch.Tensor]:
+    """`preprocess` for any engine that runs the folder's forward (torch here, onnx_backend.py)."""
+    if layout.lowercase:
+        texts = [t.lower() for t in texts]
+    return dict(
+        tokenizer(
+            texts, padding=True, truncation="longest_first", return_tensors="pt",
+            max_length=max_seq_length,
+        )
+    )  # fmt: skip
 
 
 def load_bert_folder(folder: Path, device: str = "cpu") -> BertSentenceModel | None:

@@ -1,17 +1,26 @@
-"""The precision an encoder runs inference in on the CPU: fp32, bf16 or int8, whichever is fastest.
+"""The precision (and engine) an encoder runs inference in on the CPU, whichever is fastest.
 
-`PRECISIONS`: "auto" (the default), "fp32", "bf16", "int8". "auto" is the fastest precision
-whose vectors stay within the quality gate (mean cosine >= 0.999 to fp32): bf16 where the CPU
+`PRECISIONS`: "auto" (the default), "fp32", "bf16", "int8" (torch), and for a BERT folder
+(MiniLM) "onnx-fp32" and "onnx-int8" (ONNX Runtime, `onnx_backend.py`, with the `onnx` extra).
+"auto" is the fastest candidate whose vectors stay within the quality gate (mean cosine >= 0.999
+to torch fp32): bf16 where the CPU
 has native bf16 instructions (MiniLM measured 0.99995), int8 (`int8.py`: per-token activations,
 smoothing and fp32 outlier channels; MiniLM measured 0.9993-0.9995) where an exact int8 kernel
 runs (int8 dot-product instructions, or fbgemm's 7-bit kernels on other x86 CPUs), fp32 when
-neither is at least MIN_SPEEDUP faster. Of two that are within MIN_SPEEDUP of each other, the
-more faithful one wins (`decide`). The flags alone do not decide, because the kernels torch
-picks for the whole model (not just its matmuls) may be slower; so `choose_precision` times the
-candidates against fp32 on a short fixed batch once per machine, model, thread count and ISA
-caps (`device.ISA_CAPS`), checks their cosine to fp32 on it, and caches the answer under the
-docsearch cache (a second process, or a second encoder in this one, reads it instead of
-measuring again). GPUs keep fp32.
+neither is at least MIN_SPEEDUP faster; ONNX Runtime's fp32 or int8 where it wins by as much.
+Of two that are within MIN_SPEEDUP of each other, the more faithful one wins (`decide`). The
+flags alone do not decide, because the kernels picked for the whole model (not just its
+matmuls) may be slower; so `choose_precision` times the candidates against fp32 on a short
+fixed batch once per machine, model, thread count and ISA caps (`device.ISA_CAPS`), checks
+their cosine to fp32 on it, and caches the answer under the docsearch cache (a second process,
+or a second encoder in this one, reads it instead of measuring again). GPUs keep fp32.
+
+Noise (`time_precisions`, `timing.py`): the candidates are timed in interleaved rounds and
+scored by their medians; rounds are added while the verdict is not `confident` (it must hold
+with every median moved NOISE_Z standard errors either way) or the machine looked busy. A
+verdict that never became confident, or was timed while other processes crowded out most runs
+(`crowded`), is used but cached as provisional: the next process measures again, up to
+PROVISIONAL_TRIES times, after which the last one is kept.
 
 `convert(module, precision)` makes the inference copy. Not here: which device (device.py),
 batching (batching.py), the models themselves, the int8 layers (int8.py).
@@ -21,20 +30,24 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import logging
 import platform
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from docsearch.encoders.device import cpu_has_fast_bf16, isa_caps
+from docsearch.encoders.timing import Clock
 from docsearch.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16", "int8")
+PRECISIONS = ("auto", "fp32", "bf16", "int8", "onnx-fp32", "onnx-int8")
+ONNX_PRECISIONS = ("onnx-fp32", "onnx-int8")
 _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "qint8": "int8"}
 # A precision must beat fp32 by this much to be chosen, and the less faithful of two must beat
 # the other by as much: timing a short batch on a shared machine is noisy, and a precision
@@ -42,10 +55,13 @@ _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "qint8": "int8"}
 MIN_SPEEDUP = 1.15
 # The gate every automatic choice keeps (the issue's: mean cosine to fp32 vectors).
 MIN_COSINE = 0.999
-ROUNDS = 2  # interleaved rounds of every candidate; each is scored by its fastest round
-# Part of the cache key: choices cached before int8 could be chosen (1), or before it ran on
-# CPUs without int8 dot products (2), are measured again.
-CHOICE_VERSION = 3
+# A verdict is confident when it holds with every candidate's median moved this many of its
+# standard errors either way (a ratio of two medians then moves ~2.1 of its own: ~97% one-sided).
+NOISE_Z = 1.5
+PROVISIONAL_TRIES = 3  # processes that measure again after a verdict that was not confident
+# Part of the cache key: choices cached before int8 could be chosen (1), before it ran on CPUs
+# without int8 dot products (2), or made from one timing of each (3) are measured again.
+CHOICE_VERSION = 4
 
 # `choose_precision` answers once per process and key (tests and the UI build many encoders).
 _CHOSEN: dict[str, str] = {}
@@ -103,12 +119,27 @@ def calibration_key(model_name: str, threads: int, sample: Sequence[str]) -> dic
     }
 
 
-def candidates(device: str) -> list[str]:
+def candidates(device: str, onnx: bool = False) -> list[str]:
     """The precisions "auto" may choose besides fp32 on `device`: none off the CPU; int8 where
-    an exact int8 kernel runs (`int8.kernel_here`); bf16 on CPUs with native bf16 instructions."""
+    an exact int8 kernel runs (`int8.kernel_here`); bf16 on CPUs with native bf16 instructions;
+    with `onnx` (a model ONNX Runtime can run) and the `onnx` extra installed, ONNX_PRECISIONS."""
     if device != "cpu":
         return []
-    return (["int8"] if int8_available() else []) + (["bf16"] if cpu_has_fast_bf16() else [])
+    names = (["int8"] if int8_available() else []) + (["bf16"] if cpu_has_fast_bf16() else [])
+    return names + (list(ONNX_PRECISIONS) if onnx and onnx_available() else [])
+
+
+def onnx_available() -> bool:
+    from docsearch.encoders.onnx_backend import available
+
+    return available()
+
+
+def engine(precision: str) -> str:
+    """Which engine runs `precision`, in words: "onnxruntime int8", "torch bf16"."""
+    if precision in ONNX_PRECISIONS:
+        return "onnxruntime " + precision.removeprefix("onnx-")
+    return "torch " + precision
 
 
 def int8_available() -> bool:
@@ -122,11 +153,13 @@ def int8_available() -> bool:
 Measure = Callable[[Sequence[str]], dict[str, dict[str, float]]]
 
 
-def choose_precision(device: str, key: dict[str, Any], measure: Measure) -> str:
+def choose_precision(
+    device: str, key: dict[str, Any], measure: Measure, onnx: bool = False, label: str = ""
+) -> str:
     """The precision "auto" runs in on `device`: fp32 when there is no candidate, otherwise what
-    `measure(candidates)` ({name: {"seconds", "cosine"}}, fp32 included) decides, once per
-    `key` and candidate list."""
-    names = candidates(device)
+    `measure(candidates)` ({name: {"seconds", "cosine"[, "noise"]}}, fp32 included) decides,
+    once per `key` and candidate list (a provisional verdict: see the module docstring)."""
+    names = candidates(device, onnx)
     if not names:
         return "fp32"
     key = {**key, "candidates": names}
@@ -134,10 +167,15 @@ def choose_precision(device: str, key: dict[str, Any], measure: Measure) -> str:
     if digest in _CHOSEN:
         return _CHOSEN[digest]
     path = _cache_path(digest)
+    tries = 0
     try:
-        choice = str(json.loads(path.read_text())["choice"])
+        cached = json.loads(path.read_text())
+        choice = str(cached["choice"])
+        tries = int(cached.get("tries", 1))
+        if not cached.get("confident", True) and tries < PROVISIONAL_TRIES:
+            raise ValueError("provisional")
     except (OSError, ValueError, KeyError, TypeError):
-        choice = _calibrate(key, lambda: measure(names), path)
+        choice = _calibrate(key, lambda: measure(names), path, tries + 1, label)
     _CHOSEN[digest] = check_precision(choice)
     return _CHOSEN[digest]
 
@@ -161,21 +199,54 @@ def decide(measured: dict[str, dict[str, float]]) -> str:
     return min(near)[1]
 
 
+def confident(measured: dict[str, dict[str, float]]) -> bool:
+    """`decide`'s verdict holds at every corner of the noise box: each candidate's seconds moved
+    NOISE_Z times its relative "noise" (0 where not given) up or down."""
+    verdict = decide(measured)
+    names = list(measured)
+    for signs in itertools.product((-1.0, 1.0), repeat=len(names)):
+        moved = {
+            name: {
+                **found,
+                "seconds": found["seconds"] * (1 + sign * NOISE_Z * found.get("noise", 0.0)),
+            }
+            for (name, found), sign in zip(measured.items(), signs, strict=True)
+        }
+        if decide(moved) != verdict:
+            return False
+    return True
+
+
+def crowded(measured: dict[str, dict[str, float]]) -> bool:
+    """Most timed runs were crowded out by other processes. Under such a load the order can
+    change (MiniLM, 2 cores, a 2-process load: torch bf16 fell from ~3.4x fp32 to ~1.4x, ONNX
+    Runtime fp32 kept 1.7-2.3x: benchmarks/results/auto_choice.md): the verdict is provisional."""
+    busy = sum(found.get("busy_runs", 0) for found in measured.values())
+    return busy > sum(found.get("quiet_runs", busy) for found in measured.values())
+
+
 def _calibrate(
-    key: dict[str, Any], measure: Callable[[], dict[str, dict[str, float]]], path: Path
+    key: dict[str, Any],
+    measure: Callable[[], dict[str, dict[str, float]]],
+    path: Path,
+    tries: int,
+    label: str = "",
 ) -> str:
     started = time.monotonic()
     measured = measure()
     choice = decide(measured)
+    sure = confident(measured) and not crowded(measured)
     found = ", ".join(
         f"{name} {m['seconds']:.3f} s" + (f" cosine {m['cosine']:.5f}" if name != "fp32" else "")
         for name, m in measured.items()
     )
     log.info(
-        "precision for %s on this CPU: %s (%s; %.1f s, once)",
+        "precision for %s on this CPU: %s (%s; %.1f s, %s)",
         key["model"], choice, found, time.monotonic() - started,
+        "once" if sure else f"provisional, try {tries} of {PROVISIONAL_TRIES}",
     )  # fmt: skip
-    record = {**key, "measured": measured, "choice": choice}
+    record = {**key, "measured": measured, "choice": choice, "confident": sure, "tries": tries}
+    record |= {"label": label or key["model"], "engine": engine(choice)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")  # two processes may race here
@@ -187,31 +258,94 @@ def _calibrate(
 
 
 def time_precisions(
-    run: Callable[[Any], Any], models: dict[str, Any]
+    run: Callable[[Any], Any], models: dict[str, Any], clock: Clock | None = None
 ) -> dict[str, dict[str, float]]:
-    """{name: {"seconds", "cosine"}}: the fastest of ROUNDS interleaved runs of `run(model)` for
-    each of `models` (which holds "fp32", the reference), and the mean cosine of its output to
-    fp32's (unit rows are not assumed). `run` must return a 2-d tensor."""
+    """{name: {"seconds", "noise", "cosine", "runs", "busy_runs"}} for each of `models` (which
+    holds "fp32", the reference): the median wall seconds of `run(model)` over interleaved
+    rounds (`timing.interleaved`, until `confident` or out of rounds), its relative standard
+    error, and the mean cosine of the output to fp32's (unit rows are not assumed). `run` must
+    return a 2-d tensor."""
     import torch
 
-    seconds = dict.fromkeys(models, float("inf"))
-    outputs: dict[str, Any] = {}
+    from docsearch.encoders.timing import interleaved
+
     with torch.inference_mode():
-        for model in models.values():  # first calls pay for kernel set-up
-            run(model)
-        for _ in range(ROUNDS):
-            for name, model in models.items():
-                start = time.perf_counter()
-                outputs[name] = run(model).float()
-                seconds[name] = min(seconds[name], time.perf_counter() - start)
-    cosine = torch.nn.functional.cosine_similarity
+        # first calls pay for kernel set-up; their outputs give the cosines
+        outputs = {name: run(model).float() for name, model in models.items()}
+
+        def settled(medians: dict[str, float], noise: dict[str, float]) -> bool:
+            found = {n: {"seconds": medians[n], "noise": noise[n], **cosines[n]} for n in models}
+            return confident(found)
+
+        cosine = torch.nn.functional.cosine_similarity
+        cosines = {
+            name: {"cosine": float(cosine(outputs["fp32"], out, dim=1).mean())}
+            for name, out in outputs.items()
+        }
+        timings = interleaved(
+            lambda name: run(models[name]), list(models), settled, torch.get_num_threads(), clock
+        )
     return {
         name: {
-            "seconds": seconds[name],
-            "cosine": float(cosine(outputs["fp32"], out, dim=1).mean()),
+            "seconds": timings.median(name),
+            "noise": timings.noise(name),
+            **cosines[name],
+            "runs": len(timings.runs(name)),
+            "busy_runs": len(timings.busy[name]),
+            "cpu_seconds": statistics.median(timings.cpu[name]),
+            "quiet_runs": len(timings.quiet[name]),
         }
-        for name, out in outputs.items()
+        for name in models
     }
+
+
+def cached_choices() -> list[dict[str, Any]]:
+    """The choices "auto" made on this machine (this CPU, its flags, ISA caps and torch), as
+    cached: {"label" (the model), "threads", "choice", "engine", "confident", "measured"}; read
+    without importing torch (for `doctor` and `models list`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from docsearch.config import cache_home
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        return []
+    here: dict[str, Any] = {"cpu": _cpu_model(), "flags": _cpu_flags_digest()}
+    here["isa_caps"] = isa_caps()
+    here |= {"machine": platform.machine(), "version": CHOICE_VERSION}
+    found = []
+    for path in sorted((cache_home() / "calibration").glob("precision-*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or "choice" not in record:
+            continue
+        if (
+            all(record.get(k) == v for k, v in here.items())
+            and record.get("torch") == torch_version
+        ):
+            record.setdefault("label", record.get("model", "?"))
+            record.setdefault("engine", engine(str(record["choice"])))
+            found.append(record)
+    return found
+
+
+def describe_choices() -> list[str]:
+    """One line per cached choice: "all-MiniLM-L6-v2, 2 threads: onnxruntime fp32 (...)"."""
+    lines = []
+    for record in cached_choices():
+        measured = record.get("measured", {})
+        chosen = measured.get(record["choice"], {}).get("seconds")
+        fp32 = measured.get("fp32", {}).get("seconds")
+        speed = f", {fp32 / chosen:.2f}x torch fp32" if chosen and fp32 else ""
+        sure = "" if record.get("confident", True) else ", provisional"
+        lines.append(
+            f"{record['label']}, {record.get('threads')} threads: {record['engine']} "
+            f"(precision=auto{speed}{sure})"
+        )
+    return lines
 
 
 def _cache_path(digest: str) -> Path:

@@ -6,8 +6,9 @@ Short windows (256 tokens for MiniLM): long documents are chunked by the indexer
 one forward pass, with gradients (what `docsearch.training` optimises through `module`);
 `encode_queries` / `encode_documents` run it under no_grad, longest texts first, in the
 inference precision (`precision`, see `docsearch.encoders.precision`: "auto" is the fastest of
-fp32, bf16 and int8 on this CPU, measured once; each keeps the vectors within the quality gate,
-so the precision is not part of the spec). A single text (a search query) runs on SINGLE_TEXT_THREADS
+torch fp32, bf16 and int8, and for a BERT folder ONNX Runtime fp32 and int8 (`onnx_backend.py`),
+on this CPU, measured once; each keeps the vectors within the quality gate, so the precision is
+not part of the spec; `engine` says which runs). A single text (a search query) runs on SINGLE_TEXT_THREADS
 torch threads: on 2 busy cores a one-row forward with 2 threads waits on the slower thread at
 every op (benchmarks/results/speed.md). `module` and `embed` stay fp32: training optimises them.
 Not here: training (see `docsearch.training`).
@@ -16,6 +17,7 @@ Not here: training (see `docsearch.training`).
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,15 +30,20 @@ from docsearch.encoders.batching import longest_first
 from docsearch.encoders.cpu_workers import encode_batches
 from docsearch.encoders.device import resolve_device
 from docsearch.encoders.precision import (
+    ONNX_PRECISIONS,
     calibration_key,
     check_precision,
     choose_precision,
     convert,
+    engine,
     int8_available,
+    onnx_available,
     time_precisions,
 )
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import UsageError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Rows per forward. 16 full MiniLM windows ran faster than 32 or 64 in fp32 and bf16 alike and
@@ -95,12 +102,15 @@ class SentenceTransformerEncoder(HFEncoder):
             )
         self._folder = folder
         self._model: Any = self._load()
+        if asked in ONNX_PRECISIONS:
+            self._check_onnx(asked)
         self.precision = asked if asked != "auto" else self._auto_precision()
         # The inference model: the fp32 one itself, or a converted copy made from it (in place
-        # while no caller holds the fp32 module, so that no second copy stays in memory).
+        # while no caller holds the fp32 module, so that no second copy stays in memory), or
+        # the ONNX Runtime export of it.
         self._fast: Any = self._model if self.precision == "fp32" else None
         if self._fast is None:
-            self._fast = convert(self._model, self.precision, in_place=True)
+            self._fast = self._convert(self._model, in_place=True)
             self._model = None
         self.batch_size = batch_size or (INT8_BATCH if self.precision == "int8" else DEFAULT_BATCH)
         self.query_prompt = query_prompt if query_prompt is not None else self._prompt("query")
@@ -128,18 +138,66 @@ class SentenceTransformerEncoder(HFEncoder):
             model.max_seq_length = min(cap, model.max_seq_length or cap)
         return model
 
+    @property
+    def engine(self) -> str:
+        """The engine and precision encoding runs in, in words ("torch int8")."""
+        return engine(self.precision)
+
+    def _onnx_ready(self) -> bool:
+        """ONNX Runtime can run this model: a plain BERT folder (bert_folder.py) on the CPU."""
+        from docsearch.encoders.bert_folder import BertSentenceModel
+
+        return self.device == "cpu" and isinstance(self._model, BertSentenceModel)
+
+    def _check_onnx(self, asked: str) -> None:
+        if not onnx_available():
+            raise UsageError(
+                f"precision {asked} needs the onnx extra: pip install 'docsearch[onnx]'"
+            )
+        if not self._onnx_ready():
+            raise UsageError(
+                f"precision {asked} runs a sentence-transformers BERT folder (MiniLM) on the CPU "
+                "only; use fp32, bf16 or int8"
+            )
+
+    def _convert(self, model: Any, *, in_place: bool = False) -> Any:
+        """The inference model in `self.precision` made from the fp32 `model`."""
+        return self._converted(model, self.precision, in_place=in_place)
+
+    def _converted(self, model: Any, precision: str, *, in_place: bool = False) -> Any:
+        if precision in ONNX_PRECISIONS:
+            import torch
+
+            from docsearch.encoders import onnx_backend
+
+            threads = torch.get_num_threads()
+            return onnx_backend.load(model, self._folder, precision, threads)
+        return convert(model, precision, in_place=in_place)
+
     def _auto_precision(self) -> str:
         import torch
 
         model = self._model
         key = calibration_key(self._architecture(), torch.get_num_threads(), CALIBRATION_TEXTS)
+        onnx = self._onnx_ready()
+        if onnx and onnx_available():
+            import onnxruntime
+
+            key["onnxruntime"] = onnxruntime.__version__
 
         def measure(names: Sequence[str]) -> dict[str, dict[str, float]]:
-            models = {"fp32": model, **{name: convert(model, name) for name in names}}
+            models = {"fp32": model}
+            for name in names:
+                try:
+                    models[name] = self._converted(model, name)
+                except Exception as exc:  # torch is the fallback: an export that fails is
+                    if name not in ONNX_PRECISIONS:  # not a candidate, nothing more
+                        raise
+                    log.warning("%s left out of precision=auto: %s", name, exc)
             features = model.preprocess(list(CALIBRATION_TEXTS))
             return time_precisions(lambda m: m(dict(features))["sentence_embedding"], models)
 
-        return choose_precision(self.device, key, measure)
+        return choose_precision(self.device, key, measure, onnx=onnx, label=self.model_ref)
 
     def _architecture(self) -> str:
         """The shapes of the weights: what the speed of each precision depends on (a model
@@ -196,11 +254,15 @@ class SentenceTransformerEncoder(HFEncoder):
 
     def _inference_model(self) -> Any:
         if self._fast is None:  # the fp32 module was handed out (training): convert it now
-            self._fast = convert(self._model, self.precision)
+            # An export is of the folder's weights, not of what training changed: torch fp32.
+            onnx = self.precision in ONNX_PRECISIONS
+            self._fast = self._model if onnx else convert(self._model, self.precision)
         return self._fast
 
     def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
         import torch
+
+        from docsearch.encoders.onnx_backend import OnnxSentenceModel
 
         model = self._inference_model()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -217,7 +279,11 @@ class SentenceTransformerEncoder(HFEncoder):
                     encode([0])
             else:
                 batches = longest_first([len(t) for t in texts], self.batch_size)
-                encode_batches(batches, encode, self.device)
+                if isinstance(model, OnnxSentenceModel):  # its session has its own threads
+                    for batch in batches:
+                        encode(batch)
+                else:
+                    encode_batches(batches, encode, self.device)
         finally:
             model.train(training)
         return vectors

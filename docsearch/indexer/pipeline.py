@@ -122,6 +122,7 @@ class IndexReport:
     ocr_pages: int = 0  # pages whose text OCR gave
     ocr_read: int = 0  # of those, read by the engine now (the others: from its cache)
     seconds: float = 0.0
+    inference: str = ""  # the engine and precision that embedded ("torch int8"), where known
 
     @property
     def exit_code(self) -> int:

@@ -100,6 +100,7 @@ def index(
         job.store.ensure_search_indexes()  # a first build is searchable before its first commit
         work = planned(job.store, root, include, exclude)
         report = job.report
+        report.inference = str(getattr(job.encoder, "engine", "") or "")
         report.unchanged = work.unchanged
         report.warnings.extend((skipped, f"skipped: {why}") for skipped, why in work.skipped)
         job.progress.start(len(work.items))

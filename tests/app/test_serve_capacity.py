@@ -198,12 +198,14 @@ def test_200_slow_uploads_leave_health_searches_and_index_jobs_answering(
     assert 200 in searches and set(searches) <= {200, 503}, searches  # 503: shed, busy machine
     assert job_done_while_uploading, "the index job waited for the uploads"
     statuses = sorted(reply.status for reply in replies)
-    assert set(statuses) <= {400, 503} and statuses.count(503) >= 190, statuses
+    # The few admitted (one at a time, a short queue) either finish their pages within the one
+    # budget (200: how many depends on the machine's OCR speed) or run out of it (400).
+    assert set(statuses) <= {200, 400, 503} and statuses.count(503) >= 190, statuses
     for reply in replies:
         if reply.status == 503:
             assert int(reply.headers["retry-after"]) > 0
             assert "busy" in reply.json()["error"]
-        else:  # the one admitted: its budget covers all its pages, and it ran out
+        elif reply.status == 400:  # its budget covers all its pages, and it ran out
             assert f"longer than its {UPLOAD_BUDGET} s" in reply.json()["error"]
 
 
@@ -233,8 +235,9 @@ def test_a_killed_server_leaves_no_extraction_child(lone_server: Server, tmp_pat
     sock = upload_and_leave(lone_server.client, one_long_page(tmp_path))
     child = wait_for(lambda: upload_child(lone_server.process), 60)
     assert child is not None
-    # Well into the page's OCR: it has read the whole request and has a minute of work left.
-    assert wait_for(lambda: sum(child.cpu_times()[:2]) > 5, 60)
+    # Into the page's OCR (it has read the request; how long the page takes depends on the
+    # machine). Busy or done, the child must not outlive its server.
+    assert wait_for(lambda: sum(child.cpu_times()[:2]) > 0.5, 60)
     os.kill(lone_server.process.pid, signal.SIGKILL)
     lone_server.process.wait()
     assert wait_for(lambda: gone(child), 10), "the extraction child outlived its server"

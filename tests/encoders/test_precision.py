@@ -119,12 +119,22 @@ def test_an_unknown_precision_is_a_usage_error(tiny_st: Path) -> None:
         get_encoder("sentence-transformers", model=str(tiny_st), precision="fp8")
 
 
+needs_onnx = pytest.mark.skipif(not precision.onnx_available(), reason="needs the onnx extra")
+
+
 @pytest.mark.parametrize(
-    "how", ["bf16", pytest.param("int8", marks=needs_int8_dot)], ids=["bf16", "int8"]
+    "how",
+    [
+        "bf16",
+        pytest.param("int8", marks=needs_int8_dot),
+        pytest.param("onnx-fp32", marks=needs_onnx),
+    ],
+    ids=["bf16", "int8", "onnx-fp32"],
 )
 def test_training_gets_fp32_weights_and_encoding_follows_them(tiny_st: Path, how: str) -> None:
-    """The bf16 or int8 model was converted in place; `module` hands out fp32 weights again,
-    and what training does to them shows in the next encoding."""
+    """The bf16 or int8 model was converted in place (or exported: onnx); `module` hands out
+    fp32 weights again, and what training does to them shows in the next encoding (an ONNX
+    export is of the folder's weights: encoding falls back to torch fp32)."""
     encoder = get_encoder("sentence-transformers", model=str(tiny_st), precision=how)
     before = encoder.encode_documents(TEXTS)
     module = encoder.module  # type: ignore[attr-defined]
@@ -200,7 +210,8 @@ def test_auto_on_the_real_kernels_picks_a_precision_that_keeps_the_gate(
     record = json.loads(saved.read_text())
     measured = record["measured"]
     assert encoder.precision == record["choice"] == precision.decide(measured)  # type: ignore[attr-defined]
-    assert set(measured) == {"fp32", *precision.candidates("cpu")} and record["threads"] == 1
+    assert set(measured) == {"fp32", *precision.candidates("cpu", onnx=True)}
+    assert record["threads"] == 1
     assert measured[record["choice"]]["cosine"] >= precision.MIN_COSINE
 
 

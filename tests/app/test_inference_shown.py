@@ -1,0 +1,43 @@
+"""Which engine and precision run is told to the user: the index report, `models list`,
+`doctor` (the cached choice of precision=auto on this machine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from docsearch.app.cli import app
+from docsearch.encoders import get_encoder, precision
+
+runner = CliRunner()
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_index_report_names_the_engine_that_embedded(tiny_st: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Pump\n\nThe pump valve alarm sounds when flow stops.\n")
+    args = ["index", str(folder), "--encoder", "sentence-transformers", "--model", str(tiny_st)]
+    result = runner.invoke(app, [*args, "-o", "precision=bf16", "--db", str(tmp_path / "db")])
+    assert result.exit_code == 0, result.output
+    assert "inference: torch bf16" in result.stderr
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_models_list_and_doctor_show_what_auto_chose_here(
+    tiny_st: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(precision, "_CHOSEN", {})
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)  # a candidate on any CPU
+    listed = json.loads(runner.invoke(app, ["models", "list", "--json"]).stdout)
+    assert listed["inference"] == []  # nothing measured yet on this (fresh) cache
+    encoder = get_encoder("sentence-transformers", model=str(tiny_st))
+    shown = f"{tiny_st}, 1 threads: {encoder.engine} (precision=auto"  # type: ignore[attr-defined]
+    listed = json.loads(runner.invoke(app, ["models", "list", "--json"]).stdout)
+    [line] = listed["inference"]
+    assert line.startswith(shown)
+    doctor = runner.invoke(app, ["doctor"])
+    assert f"inference on this machine: {shown}" in doctor.stdout
