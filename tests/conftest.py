@@ -19,6 +19,17 @@ import tests.fakes  # noqa: E402,F401  (registers the `hashing` encoder)
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_session_paths(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Session- and module-scoped fixtures are set up before a test's own paths below: they get
+    the session's, so no fixture writes the user's cache (calibrations, model exports)."""
+    with pytest.MonkeyPatch.context() as patch:
+        home = tmp_path_factory.mktemp("session-home")
+        patch.setenv("DOCSEARCH_DB", str(home / "db"))
+        patch.setenv("DOCSEARCH_HOME", str(home / "data"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_paths(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
