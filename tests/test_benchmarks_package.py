@@ -131,3 +131,22 @@ def test_caches_default_inside_the_checkout_or_where_the_environment_says(
     finally:
         monkeypatch.undo()
         importlib.reload(eval_sets)
+
+
+def test_calibrates_shipped_rule_is_the_products() -> None:
+    """calibrate.py labels `share_rule(0.4)` and LONG_QUERY_WORDS as what ships: if fusion.py's
+    hybrid rule or threshold moves, its tables would name the wrong rule "shipped"."""
+    from benchmarks import calibrate
+    from docsearch.fusion import DOCUMENT_RULES, LONG_QUERY_WORDS
+
+    shipped, product = calibrate.share_rule(0.4), DOCUMENT_RULES["hybrid"]
+    assert (shipped.method, shipped.aggregate, shipped.tau) == (
+        product.method,
+        product.aggregate,
+        product.tau,
+    )
+    assert shipped.weights.keys() == product.weights.keys()
+    for leg, weight in product.weights.items():
+        assert shipped.weights[leg] == pytest.approx(weight)
+    assert calibrate.SHIPPED == "d=0.4"
+    assert calibrate.SHIPPED_LENGTH[0] == LONG_QUERY_WORDS
