@@ -171,7 +171,7 @@ def main() -> None:
 
 
 def write(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    from eval_sets import machine
+    from benchmarks.eval_sets import machine
 
     verdict, pooled = reference([r for found in runs.values() for r in found])
     info = machine()

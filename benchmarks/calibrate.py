@@ -1,11 +1,11 @@
 """Can a collection's own pseudo-queries tell how much dense weight its short queries want?
 
-    cd benchmarks && nice -n 10 python calibrate.py [--cache DIR] [--indexes DIR] [--pseudo 200]
+    nice -n 10 python -m benchmarks.calibrate [--cache DIR] [--indexes DIR] [--pseudo 200]
 
 For every corpus of the quality table (full size) and 250 seeded cases of irled2017-precedent
 (Indian Supreme Court judgments: the domain of the maintainers' held-out catchphrase set),
 through the real store of a MiniLM index (`--indexes`: quality.py's cache, shared): the four
-hybrid legs of every real query (tuning and test roles as doclevel.py assigns them) and of
+hybrid legs of every real query (tuning and test roles as query_roles.py assigns them) and of
 pseudo-queries the corpus yields itself (KINDS: a chunk's highest tf-idf words, the document's,
 its subject terms, a sentence, its first line), whose own document is their one relevant
 document. Legs are cached per query list in `--cache`. Scored offline: the short-query rule at
@@ -34,13 +34,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from doclevel import Query, group_queries
-from eval_sets import DATA, RESULTS, TABLE, Group, load_group, machine, machine_lines, write_results
 
-from docsearch.corpora.beir import RetrievalSet, load_beir
-from docsearch.evaluation import EvalIndex, ndcg_at_k
-from docsearch.fusion import DOCUMENT_RULES, LONG_QUERY_WORDS, Fusion, aggregate
-from docsearch.indexer.filters import ChunkFilter
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.eval_sets import (  # noqa: E402
+    DATA,
+    DEFAULT_CACHE,
+    RESULTS,
+    TABLE,
+    Group,
+    cache_dir,
+    load_group,
+    machine,
+    machine_lines,
+    write_results,
+)
+from benchmarks.query_roles import Query, group_queries  # noqa: E402
+from docsearch.corpora.beir import RetrievalSet, load_beir  # noqa: E402
+from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
+from docsearch.fusion import DOCUMENT_RULES, LONG_QUERY_WORDS, Fusion, aggregate  # noqa: E402
+from docsearch.indexer.filters import ChunkFilter  # noqa: E402
 
 ENCODER = "sentence-transformers"
 POOL = 500
@@ -281,7 +295,7 @@ def main() -> None:
         scored = score_all(collect(group.corpus, index_set, queries, args))
         table[group.corpus] = score_table(scored)
         real[group.corpus] = [one for one in scored if one.role != "pseudo"]
-    from peers import NOTES, kept_notes
+    from benchmarks.peers import NOTES, kept_notes
 
     payload = analyse(table) | {"length_rule": length_study(real)}
     info = machine()
@@ -462,10 +476,8 @@ def length_lines(study: dict[str, Any]) -> list[str]:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cache", type=Path, default=Path("/work/cache/calibrate"))
-    parser.add_argument(
-        "--indexes", type=Path, default=Path("/work/cache/eval"), help="quality.py's --cache"
-    )
+    parser.add_argument("--cache", type=Path, default=cache_dir("calibrate"))
+    parser.add_argument("--indexes", type=Path, default=DEFAULT_CACHE, help="quality.py's --cache")
     parser.add_argument("--pseudo", type=int, default=200, help="documents per corpus")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--corpora", help="comma-separated corpus groups (default: all)")

@@ -9,7 +9,7 @@ real pipeline without an encoder, in chunks of CHUNK_WORDS words (about one Mini
 English), and kept in `--cache`. Every query of fusion.LONG_QUERY_WORDS words or more (the only
 ones the share changes, and those hybrid ranks by the lexical rule) is searched in lexical mode
 at each share and without it (`none`: every word kept), and scored by nDCG@10, tuning and test
-queries apart (train/val splits, or doclevel's seeded document split for a set without).
+queries apart (train/val splits, or query_roles.py's seeded document split for a set without).
 The share is picked on tuning queries only: the most words left out (smallest share) whose
 tuning nDCG@10 stays within GATE of `none` on every dataset, and again with each dataset held
 out (picked on the others' tuning queries, scored on its own test queries).
@@ -30,15 +30,28 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import doclevel as D
-import numpy as np
-import speed
-from eval_sets import RESULTS, TABLE, load_group, machine, machine_lines, write_results
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from docsearch import common_words
-from docsearch.config import Settings
-from docsearch.evaluation import EvalIndex, ndcg_at_k
-from docsearch.fusion import LONG_QUERY_WORDS
+import numpy as np  # noqa: E402
+
+from benchmarks import (
+    query_roles,  # noqa: E402
+    speed,  # noqa: E402
+)
+from benchmarks.eval_sets import (  # noqa: E402
+    RESULTS,
+    TABLE,
+    cache_dir,  # noqa: E402
+    load_group,
+    machine,
+    machine_lines,
+    write_results,
+)
+from docsearch import common_words  # noqa: E402
+from docsearch.config import Settings  # noqa: E402
+from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
+from docsearch.fusion import LONG_QUERY_WORDS  # noqa: E402
 
 CHUNK_WORDS = 192  # MiniLM's 256-token window holds about this many English words
 GATE = 0.005  # nDCG@10 a share may cost on any dataset's tuning queries (issue 21's gate)
@@ -47,8 +60,12 @@ NONE = "none"
 PRODUCT_SHARE = common_words.COMMON_SHARE  # the shipped share (the word lists are at it)
 
 
-def long_queries(group: Any, corpus: set[str]) -> list[D.Query]:
-    return [q for q in D.group_queries(group, corpus) if len(q.text.split()) >= LONG_QUERY_WORDS]
+def long_queries(group: Any, corpus: set[str]) -> list[query_roles.Query]:
+    return [
+        q
+        for q in query_roles.group_queries(group, corpus)
+        if len(q.text.split()) >= LONG_QUERY_WORDS
+    ]
 
 
 def quality(cache: Path, shares: list[float]) -> dict[str, Any]:
@@ -232,8 +249,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", type=Path, default=Path("/tmp/docsearch-common-words"))
-    parser.add_argument("--work", default="/tmp/docsearch-common-words/speed")
+    parser.add_argument("--cache", type=Path, default=cache_dir("common-words"))
+    parser.add_argument("--work", default=str(cache_dir("common-words") / "speed"))
     parser.add_argument("--shares", type=float, nargs="+", default=list(SHARES))
     parser.add_argument("--queries", type=int, default=20, help="timed queries per share")
     parser.add_argument("--rounds", type=int, default=3)
@@ -255,7 +272,7 @@ def main() -> None:
             report["speed"] = timing(args.work, args.shares, args.queries, args.rounds)
     finally:
         common_words.COMMON_SHARE = kept
-    from peers import NOTES, kept_notes
+    from benchmarks.peers import NOTES, kept_notes
 
     notes = kept_notes(RESULTS / "common_words.md")
     text = markdown(report)

@@ -27,7 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval_sets import (
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.eval_sets import (  # noqa: E402
     DEFAULT_CACHE,
     RESULTS,
     SMALL,
@@ -37,8 +40,7 @@ from eval_sets import (
     machine_lines,
     write_results,
 )
-
-from docsearch.evaluation import EvalIndex
+from docsearch.evaluation import EvalIndex  # noqa: E402
 
 SAMPLES = SMALL
 MODES = ("vector", "hybrid")

@@ -24,8 +24,16 @@ from docsearch.corpora.beir import RetrievalSet, load_beir
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-DATA = REPO.parent / "shared" / "data"
-DEFAULT_CACHE = Path(os.environ.get("DOCSEARCH_EVAL_CACHE", "/tmp/docsearch-eval-cache"))
+# Paths a run can move: the evaluation sets (a checkout next to the shared data by default) and
+# the caches of indexes and legs (in the checkout, git-ignored, unless set elsewhere).
+DATA = Path(os.environ.get("DOCSEARCH_EVAL_DATA", REPO.parent / "shared" / "data"))
+CACHE_ROOT = Path(os.environ.get("DOCSEARCH_BENCH_CACHE", REPO / ".bench-cache"))
+DEFAULT_CACHE = Path(os.environ.get("DOCSEARCH_EVAL_CACHE", CACHE_ROOT / "eval"))
+
+
+def cache_dir(name: str) -> Path:
+    """A benchmark's own default cache or work folder, under CACHE_ROOT."""
+    return CACHE_ROOT / name
 
 
 @dataclass(frozen=True)
@@ -46,21 +54,6 @@ TABLE = (
     Group("cuad", (("cuad", "test"),)),
     Group("scifact", (("scifact", "test"),)),
 )
-# The samples the document rules were chosen on (benchmarks/doclevel*.py, whose offline caches
-# were collected over them): the quality table before it ran the full corpora, when MiniLM over
-# all of scisummnet-acl and CUAD cost about 70 minutes each here.
-DOCLEVEL_SAMPLES = (
-    TABLE[0],
-    Group(
-        "scisummnet-acl",
-        (("scisummnet-acl", "test"), ("scisummnet-acl/title2paper", "test")),
-        max_docs=150,
-        max_queries=100,
-    ),
-    Group("cuad", (("cuad", "test"),), max_docs=60),
-    TABLE[3],
-)
-
 # Decoder encoders (and every encoder, in the quality table's small tier): samples that a
 # 135M-270M decoder embeds on one CPU thread in minutes, chunks of at most SMALL_CAP tokens.
 SMALL = (

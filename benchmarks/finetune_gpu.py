@@ -45,8 +45,8 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
+from benchmarks.eval_sets import cache_dir  # noqa: E402
 from docsearch.corpora.beir import RetrievalSet, load_beir  # noqa: E402
 from docsearch.encoders.base import Encoder  # noqa: E402
 
@@ -243,8 +243,7 @@ def train_one(
     config: dict[str, Any], start: Path, data: Path, work: Path, minutes: float | None,
     args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
-    from finetune import Printer  # benchmarks/finetune.py: the same progress lines
-
+    from benchmarks.finetune import Printer  # benchmarks/finetune.py: the same progress lines
     from docsearch.training.finetune import FinetuneJob, finetune
     from docsearch.training.trainer import TrainSettings
 
@@ -264,10 +263,10 @@ def train_one(
 
 def sweep(args: argparse.Namespace) -> None:
     data, model, out, budget_s = args.data, args.model, args.out, args.budget_s
-    from finetune import qmsum_eval  # benchmarks/finetune.py: the same evaluation sample
+    from benchmarks.finetune import qmsum_eval  # benchmarks/finetune.py: the same evaluation sample
 
     started = time.monotonic()
-    work = Path("/tmp/finetune-gpu")
+    work = cache_dir("finetune-gpu")
     shutil.rmtree(work, ignore_errors=True)
     start = work / "start-fp32"
     copy_with_weights(model, start, read_weights(model))  # train from fp32 master weights
@@ -306,7 +305,7 @@ def sweep(args: argparse.Namespace) -> None:
 def screen_folders(args: argparse.Namespace) -> None:
     """Screen model folders on the whole test split (here, on the CPU): the first is "before",
     each other is compared with it query by query (benchmarks/finetune.py's paired bootstrap)."""
-    from finetune import paired
+    from benchmarks.finetune import paired
 
     sets = {"test": load_beir(args.data, "test").subsample(args.test_docs, 0)}
     windows = chunk_sets(Path(args.models[0]), sets)

@@ -26,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.eval_sets import cache_dir  # noqa: E402
 from benchmarks.memory import tree_rss  # noqa: E402
 from tests.indexer.office_files import make_pptx, many_slides, zip_bomb_like  # noqa: E402
 from tests.indexer.test_office_formats import CORRUPT, one_of_each  # noqa: E402
@@ -88,7 +89,7 @@ def run(root: Path) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folder", type=Path, default=Path("/tmp/docsearch-formats-hostile"))
+    parser.add_argument("--folder", type=Path, default=cache_dir("formats-hostile"))
     folder = parser.parse_args().folder
     shutil.rmtree(folder, ignore_errors=True)
     root = folder / "docs"

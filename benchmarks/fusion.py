@@ -25,11 +25,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from eval_sets import DEFAULT_CACHE, RESULTS, TUNING, load_group, machine, machine_lines
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from docsearch.evaluation import RUN_DEPTH, EvalIndex, ndcg_at_k
-from docsearch.fusion import Fusion
-from docsearch.indexer.store import Candidate
+from benchmarks.eval_sets import DEFAULT_CACHE, RESULTS, TUNING, load_group, machine, machine_lines  # noqa: E402
+from docsearch.evaluation import RUN_DEPTH, EvalIndex, ndcg_at_k  # noqa: E402
+from docsearch.fusion import Fusion  # noqa: E402
+from docsearch.indexer.store import Candidate  # noqa: E402
 
 Legs = dict[str, dict[str, float]]  # leg -> doc id -> score
 

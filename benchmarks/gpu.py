@@ -37,7 +37,6 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))  # decoder_speed: the decoders' FLOP counts
 
 from docsearch.encoders.base import get_encoder  # noqa: E402
 from docsearch.encoders.device import flash_attn_available, flash_attn_installed  # noqa: E402
@@ -330,8 +329,9 @@ def plain_forward(folders: dict[str, Path], run: Run, peak: float) -> list[dict[
     """TFLOP/s of each decoder's plain forward (SDPA, bf16; what KV-Embedding costs 1.00x of)
     and its share of the measured bf16 matmul rate. FLOPs: decoder_speed's count (linear
     layers and causal attention, sliding windows honoured; no LM head)."""
-    from decoder_speed import attention_flops, linear_flops
     from transformers import AutoModel
+
+    from benchmarks.decoder_speed import attention_flops, linear_flops
 
     dtype = torch.float32 if run.smoke else torch.bfloat16
     lengths = run.lengths if run.smoke else FORWARD_LENGTHS

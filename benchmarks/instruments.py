@@ -1,6 +1,6 @@
 """Does lifting the numbered instrument a query names ("Amendment No. 3") find it among siblings?
 
-    cd benchmarks && python instruments.py [--encoders none,sentence-transformers] [--cache DIR]
+    python -m benchmarks.instruments [--encoders none,sentence-transformers] [--cache DIR]
 
 CUAD holds contract families (an agreement and its amendments No. 1, 2, 3) whose members share
 parties and wording. `data/cuad_instruments.jsonl` holds 19 queries in the LegalBench-RAG form
@@ -25,7 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval_sets import (
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import docsearch.retriever as retriever_module  # noqa: E402
+from benchmarks.eval_sets import (  # noqa: E402
     DATA,
     DEFAULT_CACHE,
     RESULTS,
@@ -35,11 +39,9 @@ from eval_sets import (
     machine_lines,
     write_results,
 )
-
-import docsearch.retriever as retriever_module
-from docsearch import instruments
-from docsearch.corpora.beir import RetrievalSet, load_beir
-from docsearch.evaluation import EvalIndex, ndcg_at_k
+from docsearch import instruments  # noqa: E402
+from docsearch.corpora.beir import RetrievalSet, load_beir  # noqa: E402
+from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
 
 QUERIES = Path(__file__).resolve().parent / "data" / "cuad_instruments.jsonl"
 MODES = {"none": ("lexical",), "sentence-transformers": ("lexical", "hybrid")}
@@ -190,7 +192,7 @@ def main() -> None:
         "command": "cd benchmarks && python " + " ".join(sys.argv),
         "rows": rows,
     }
-    from peers import NOTES, kept_notes
+    from benchmarks.peers import NOTES, kept_notes
 
     notes = kept_notes(RESULTS / "instruments.md")
     write_results(RESULTS, "instruments", payload, markdown(payload) + f"\n{NOTES}\n{notes}")

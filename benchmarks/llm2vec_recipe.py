@@ -25,9 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval_sets import DATA, RESULTS, machine, machine_lines, write_results
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from docsearch.corpora.beir import load_beir
+from benchmarks.eval_sets import DATA, RESULTS, machine, machine_lines, write_results  # noqa: E402
+from docsearch.corpora.beir import load_beir  # noqa: E402
 
 
 def paragraphs(text: str, min_words: int = 12, max_words: int = 160) -> list[str]:

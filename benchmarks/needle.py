@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from eval_sets import DATA, DEFAULT_CACHE, RESULTS, machine, machine_lines, write_results
-from quality import LEXICAL_ONLY, probe_encoders
 
-from docsearch.corpora.beir import RetrievalSet, load_beir
-from docsearch.corpora.needle import needle_sets
-from docsearch.evaluation import EvalIndex, score_run
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.eval_sets import DATA, DEFAULT_CACHE, RESULTS, machine, machine_lines, write_results  # noqa: E402
+from benchmarks.quality import LEXICAL_ONLY, probe_encoders  # noqa: E402
+from docsearch.corpora.beir import RetrievalSet, load_beir  # noqa: E402
+from docsearch.corpora.needle import needle_sets  # noqa: E402
+from docsearch.evaluation import EvalIndex, score_run  # noqa: E402
 
 
 def one_vector(encoder: Any, rset: RetrievalSet) -> float:

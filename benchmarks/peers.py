@@ -50,11 +50,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.eval_sets import DATA, cache_dir  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data"
 SAMPLES = REPO / "docsearch" / "corpora" / "samples"
 RESULTS = REPO / "benchmarks" / "results"
-DEFAULT_VENV = Path("/tmp/peers-venv")
+DEFAULT_VENV = cache_dir("peers-venv")
 MINILM = "all-MiniLM-L6-v2"
 COLLECTION = "peers"
 WINDOW = 254  # MiniLM's 256-token window less [CLS] and [SEP]

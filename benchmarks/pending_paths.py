@@ -25,9 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from docsearch.fusion import LONG_QUERY_WORDS
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-DATA = Path("/work/shared/data/cuad")
+from benchmarks.eval_sets import DATA, cache_dir  # noqa: E402
+from docsearch.fusion import LONG_QUERY_WORDS  # noqa: E402
+
+CUAD = DATA / "cuad"
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -36,7 +40,7 @@ def corpus_folder(work: Path, docs: int) -> Path:
     if folder.exists():
         return folder
     folder.mkdir(parents=True)
-    with open(DATA / "corpus.jsonl") as lines:
+    with open(CUAD / "corpus.jsonl") as lines:
         for i, line in enumerate(lines):
             if i >= docs:
                 break
@@ -46,7 +50,7 @@ def corpus_folder(work: Path, docs: int) -> Path:
 
 
 def queries(limit: int = 60) -> list[str]:
-    with open(DATA / "queries.jsonl") as lines:
+    with open(CUAD / "queries.jsonl") as lines:
         texts = [json.loads(line)["text"] for line in lines]
     short = [t for t in texts if len(t.split()) < LONG_QUERY_WORDS]
     return short[:limit]
@@ -63,7 +67,7 @@ def timed(search: Any, texts: list[str]) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--work", default="/tmp/pending-bench")
+    parser.add_argument("--work", default=str(cache_dir("pending-paths")))
     parser.add_argument("--docs", type=int, default=510)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
@@ -80,7 +84,7 @@ def main() -> None:
     print(f"indexed in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     retriever = Retriever("cuad", db=db)
     store = retriever.store
-    dataset = store._read("chunks")
+    dataset = store.chunks.to_lance()
     calls = 20_000
     started = time.perf_counter()
     for _ in range(calls):

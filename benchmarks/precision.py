@@ -26,9 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from eval_sets import RESULTS, Group, load_group, machine, machine_lines, write_results
 
-from docsearch.evaluation import EvalIndex
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.eval_sets import (  # noqa: E402
+    RESULTS,
+    Group,
+    cache_dir,  # noqa: E402
+    load_group,
+    machine,
+    machine_lines,
+    write_results,
+)
+from docsearch.evaluation import EvalIndex  # noqa: E402
 
 GATE_COSINE = 0.999
 GATE_NDCG = 0.005
@@ -138,7 +149,7 @@ def main() -> None:
     parser.add_argument("--qmsum-docs", type=int, default=38)
     parser.add_argument("--qmsum-queries", type=int, default=242)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", type=Path, default=Path("/tmp/docsearch-precision-cache"))
+    parser.add_argument("--cache", type=Path, default=cache_dir("precision"))
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     args.precisions = args.precisions.split(",")
@@ -152,7 +163,7 @@ def main() -> None:
     info = machine()
     command = "python benchmarks/precision.py " + " ".join(sys.argv[1:])
     result = {"machine": info, "command": command, "load": os.getloadavg(), "sets": run(args)}
-    from peers import NOTES, kept_notes
+    from benchmarks.peers import NOTES, kept_notes
 
     notes = kept_notes(args.out / "precision.md")
     text = markdown(result, info, command)

@@ -29,7 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval_sets import (
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import docsearch.retriever as retriever_module  # noqa: E402
+from benchmarks.eval_sets import (  # noqa: E402
     DEFAULT_CACHE,
     DEFAULT_DECODER,
     RESULTS,
@@ -43,11 +47,9 @@ from eval_sets import (
     machine_lines,
     write_results,
 )
-
-import docsearch.retriever as retriever_module
-from docsearch.corpora.beir import RetrievalSet
-from docsearch.evaluation import RUN_DEPTH, EvalIndex, score_run
-from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, Fusion
+from docsearch.corpora.beir import RetrievalSet  # noqa: E402
+from docsearch.evaluation import RUN_DEPTH, EvalIndex, score_run  # noqa: E402
+from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, Fusion  # noqa: E402
 
 MODES = ("lexical", "vector", "hybrid")
 FAST = ("sentence-transformers",)  # encoders fast enough on CPU for the main table

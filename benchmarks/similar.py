@@ -26,9 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from docsearch.evaluation import EvalIndex, load_dataset, score_run
-from docsearch.indexer.extract import build_document
-from docsearch.similar import MAX_TERMS, TermStats, collection_stats, lexical_query, words
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.eval_sets import DATA  # noqa: E402
+from docsearch.evaluation import EvalIndex, load_dataset, score_run  # noqa: E402
+from docsearch.indexer.extract import build_document  # noqa: E402
+from docsearch.similar import MAX_TERMS, TermStats, collection_stats, lexical_query, words  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CAPS = (10, 20, 30, 50, 75, 100, 150, 200, 300)
@@ -111,7 +115,7 @@ def cold_start(db: str, name: str, query: str, runs: int = 3) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--data", default="/work/shared/data/irled2017-precedent")
+    parser.add_argument("--data", default=str(DATA / "irled2017-precedent"))
     parser.add_argument("--cache", default=str(HERE / ".cache"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--report", action="store_true", help="Only rewrite similar.md.")
@@ -196,7 +200,7 @@ def write_markdown(result: dict) -> None:  # type: ignore[type-arg]
         f"- {result['queries']} whole-case queries, {result['documents']} prior cases, "
         "5 cited (relevant) per query; `--encoder none` index (400-word chunks)",
         "- command: `python benchmarks/similar.py`; the product path alone: `docsearch eval "
-        "/work/shared/data/irled2017-precedent --similar --split all --encoder none --mode lexical`",
+        "../shared/data/irled2017-precedent --similar --split all --encoder none --mode lexical`",
         f"- key-term cap and weighting chosen on a seeded ({result['seed']}) half of the queries "
         f"(tune): {best['cap']} terms, each written {weighting}; the other half (held out) "
         "chose nothing",

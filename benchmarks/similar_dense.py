@@ -24,6 +24,7 @@ import json
 import math
 import re
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -31,12 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from similar import score_halves, seeded_halves
 
-from docsearch.corpora.beir import RetrievalSet
-from docsearch.evaluation import EvalIndex, load_dataset, score_run
-from docsearch.fusion import SIMILAR_RULES, Fusion
-from docsearch.indexer.extract import build_document
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.eval_sets import DATA  # noqa: E402
+from benchmarks.similar import score_halves, seeded_halves  # noqa: E402
+from docsearch.corpora.beir import RetrievalSet  # noqa: E402
+from docsearch.evaluation import EvalIndex, load_dataset, score_run  # noqa: E402
+from docsearch.fusion import SIMILAR_RULES, Fusion  # noqa: E402
+from docsearch.indexer.extract import build_document  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ENCODER = "sentence-transformers"  # all-MiniLM-L6-v2, the default encoder
@@ -237,7 +242,7 @@ def rules() -> dict[str, tuple[str, Fusion]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--data", default="/work/shared/data/irled2017-precedent")
+    parser.add_argument("--data", default=str(DATA / "irled2017-precedent"))
     parser.add_argument("--cache", default=str(HERE / ".cache"))
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--docs", type=int, default=150)

@@ -43,9 +43,12 @@ from typing import Any
 
 import numpy as np
 
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-DATA = REPO.parent / "shared" / "data"
+DATA = Path(os.environ.get("DOCSEARCH_EVAL_DATA", REPO.parent / "shared" / "data"))
 DIM = 384
 
 
@@ -192,7 +195,7 @@ def recall_vs_exact(store: Any, vectors: np.ndarray) -> float | None:
     """recall@10 of the indexed vector search against exact search (None: no index, exact)."""
     if "vector_idx" not in {c.name for c in store.chunks.list_indices()}:
         return None
-    dataset, hits = store._read("chunks"), []
+    dataset, hits = store.chunks.to_lance(), []
     for q in vectors:
         found = [c.chunk_id for c in store.search_vector(q, 10, None)]
         exact = (
@@ -637,8 +640,7 @@ def encoding_markdown(result: dict[str, Any]) -> list[str]:
         )
     quality = RESULTS / "precision.json"
     if quality.is_file():
-        sys.path.insert(0, str(Path(__file__).parent))
-        from precision import table
+        from benchmarks.precision import table
 
         lines += ["", "Quality of each precision against fp32 (benchmarks/precision.py):", ""]
         lines += table(json.loads(quality.read_text()))
@@ -841,7 +843,7 @@ def main() -> None:
 
 def write(result: dict[str, Any]) -> None:
     """speed.json and speed.md; notes written under peers.py's NOTES marker in speed.md survive."""
-    from peers import NOTES, kept_notes
+    from benchmarks.peers import NOTES, kept_notes
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "speed.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -1,10 +1,10 @@
 """Does hybrid search hold up when users type keywords, not sentences? The query-style suite.
 
-    cd benchmarks && nice -n 10 python styles.py build [--indexes DIR]
-    cd benchmarks && nice -n 10 python styles.py collect [--indexes DIR] [--cache DIR]
-    cd benchmarks && python styles.py score [--cache DIR]
+    nice -n 10 python -m benchmarks.styles build [--indexes DIR]
+    nice -n 10 python -m benchmarks.styles collect [--indexes DIR] [--cache DIR]
+    python -m benchmarks.styles score [--cache DIR]
 
-Every shared set's real queries (tune and test roles as doclevel.py assigns them), each rewritten
+Every shared set's real queries (tune and test roles as query_roles.py assigns them), each rewritten
 in the styles users type (STYLES), plus key-term queries written from irled2017-precedent's own
 judgments (the court and the query form of the maintainers' held-out catchphrase set: each
 judgment the target of one list of its legal key phrases). Indexes are MiniLM indexes of seeded
@@ -33,14 +33,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from calibrate import STOP
-from doclevel import Query, _doc_roles, group_queries, reference_scores
-from eval_sets import DATA, RESULTS, Group, machine, machine_lines, write_results
 
-from docsearch import fusion
-from docsearch.corpora.beir import CorpusDoc, RetrievalSet, load_beir
-from docsearch.evaluation import EvalIndex, ndcg_at_k
-from docsearch.fusion import (
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks.calibrate import STOP  # noqa: E402
+from benchmarks.eval_sets import (  # noqa: E402
+    DATA,
+    RESULTS,
+    Group,
+    cache_dir,  # noqa: E402
+    machine,
+    machine_lines,
+    write_results,
+)
+from benchmarks.query_roles import Query, doc_roles, group_queries, reference_scores  # noqa: E402
+from docsearch import fusion  # noqa: E402
+from docsearch.corpora.beir import CorpusDoc, RetrievalSet, load_beir  # noqa: E402
+from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
+from docsearch.fusion import (  # noqa: E402
     DOCUMENT_RULES,
     LONG_QUERY_WORDS,
     Fusion,
@@ -49,13 +60,13 @@ from docsearch.fusion import (
     document_rule,
     is_term_list,
 )
-from docsearch.indexer.filters import ChunkFilter
-from docsearch.retriever import clean_query
-from docsearch.snippets import STOPWORDS, WORD
+from docsearch.indexer.filters import ChunkFilter  # noqa: E402
+from docsearch.retriever import clean_query  # noqa: E402
+from docsearch.snippets import STOPWORDS, WORD  # noqa: E402
 
 ENCODER = "sentence-transformers"
-INDEXES = Path("/work/cache/styles/indexes")
-CACHE = Path("/work/cache/styles/legs")
+INDEXES = cache_dir("styles") / "indexes"
+CACHE = cache_dir("styles") / "legs"
 IRLED = "irled2017-precedent"
 SEED = 0
 
@@ -211,7 +222,7 @@ def legal_key_term_queries(sample: dict[str, CorpusDoc]) -> list[Query]:
     df: Counter[str] = Counter()
     for doc in full.values():
         df.update(set(_phrase_counts(doc.text)))
-    roles = _doc_roles(set(sample))
+    roles = doc_roles(set(sample))
     rng = random.Random(SEED)
     out = []
     for doc_id, doc in sample.items():
@@ -741,7 +752,7 @@ def score(args: argparse.Namespace) -> None:
         "study": study(rows),
         "twin": twin_check(rows),
     }
-    command = "cd benchmarks && python styles.py build && python styles.py collect && python styles.py score"
+    command = "python -m benchmarks.styles build && python -m benchmarks.styles collect && python -m benchmarks.styles score"
     write_results(RESULTS, "styles", payload, markdown(payload, command))
     print(json.dumps(payload["twin"]), file=sys.stderr)
 

@@ -3,16 +3,14 @@ as a weighted sum) ranks as docsearch.fusion does, checked on random legs withou
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import random
-import sys
 from types import ModuleType
 
 import numpy as np
 import pytest
 
 from docsearch.fusion import Fusion, document_rule
-from tests.helpers import REPO
 
 LEGS = ("lexical", "dense", "doc_lexical", "doc_dense", "reference")
 QUERIES = (
@@ -23,16 +21,8 @@ QUERIES = (
 
 
 @pytest.fixture(scope="module")
-def styles(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    sys.path.insert(0, str(REPO / "benchmarks"))  # its sibling modules (doclevel, eval_sets)
-    spec = importlib.util.spec_from_file_location(
-        "styles_benchmark", REPO / "benchmarks" / "styles.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def styles() -> ModuleType:
+    return importlib.import_module("benchmarks.styles")
 
 
 def _legs(rng: random.Random) -> dict[str, dict[str, float]]:
