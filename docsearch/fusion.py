@@ -12,8 +12,9 @@ chunk legs' aggregators, and optionally the agreement guard (dense weights x min
 the lexical and dense sides / tau)). Legs: `lexical` and `dense` are chunk legs (BM25, cosine),
 `doc_lexical` and `doc_dense` document legs (whole-document BM25, doc-mean vector cosine),
 `chunk_dense` a document's chunks matched with a query document's (query by document).
-The definitions reproduce benchmarks/doclevel.py, which chose the document rules.
-Not here: choosing weights (benchmarks/fusion.py, benchmarks/doclevel.py), running legs.
+The document rules were chosen by the doclevel studies (retired; their numbers stay in
+benchmarks/results/doclevel*.md), the key-term rule by benchmarks/styles.py, which scores through
+these definitions. Not here: choosing weights (benchmarks/fusion.py, styles.py), running legs.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ class Fusion:
 # Chosen by benchmarks/fusion.py (train/val queries, all-MiniLM-L6-v2; results/fusion.md).
 CHUNK_FUSION = Fusion("maxnorm", {"dense": 0.4, "lexical": 0.6})
 # Document level, per search mode: chosen by leave-one-corpus-out on tuning queries only
-# (benchmarks/doclevel.py, results/doclevel.md and doclevel_hybrid.md). Chunk BM25 there is plain
+# (the retired benchmarks/doclevel.py: results/doclevel.md and doclevel_hybrid.md). Chunk BM25 there is plain
 # BM25 over the 500-chunk pool (no identifier lift); vector mode keeps each document's best chunk.
 # Hybrid has two rules: a short query (a question, a title, a claim) needs the dense side, a
 # long one (a summary or an abstract, text that describes a whole document) is best ranked by

@@ -189,7 +189,7 @@ class DocCandidate:
 
 
 DOC_COLUMNS = ["doc_id", "path", "n_chunks", "page_start", "page_end"]
-# Whole documents are matched on their words as written: measured best in benchmarks/doclevel.py
+# Whole documents are matched on their words as written: measured best by the retired doclevel study
 # ("lance-plain"); the chunks keep the stemmed index. No positions: BM25 does not read them (the
 # same scores), they only serve phrase queries, and they made the index 3.7 times larger (qmsum).
 DOC_FTS: dict[str, Any] = {"with_position": False, "stem": False, "remove_stop_words": False}
