@@ -902,9 +902,13 @@ class Retriever:
             done: Future[_T] = Future()
             done.set_result(work())
             return done
-        if self._query_thread is None:
-            self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="docsearch-query")
-        return self._query_thread.submit(work)
+        pool = self._query_thread
+        if pool is None:
+            pool = self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="docsearch-query")
+        try:
+            return pool.submit(work)
+        except RuntimeError:  # closed by another thread meanwhile (`close`): run it here
+            return self._beside(work, overlap=False)
 
     def _usable_mode(self, mode: str) -> str:
         if not isinstance(mode, str) or mode not in MODES:
