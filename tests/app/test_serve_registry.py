@@ -117,10 +117,10 @@ def test_the_ui_and_the_api_load_the_collections_encoder_once(served: Served) ->
     assert lexical.mode == "lexical (no vectors)"
     more = served.ui.similar(Picked(found.hits[0], "vec", "parking permits"), "hybrid", 3)
     assert more.mode == "hybrid"
-    assert served.ui.registry is served.state.registry
     # One load in the process: when the server first opened "vec" (here or in a test before).
     assert CALLS["loads"] - served.loads == 1
     assert served.state.registry.encoder_loads == 1
+    assert served.ui.registry is served.state.registry
 
 
 def test_closing_a_retriever_ends_its_query_thread(served: Served) -> None:
