@@ -75,6 +75,7 @@ from docsearch.indexer.store import (
     sql_in,
     sql_str,
 )
+from docsearch.results import ENCODER_UNAVAILABLE, NO_VECTORS, SearchResult, rule_name
 from docsearch.similar import (
     MAX_TERMS,
     ChunkMatch,
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_H = TypeVar("_H", bound="Hit")
 
 GRANULARITIES = ("document", "passage")
 # The longest queries of the evaluation sets here (whole-case queries aside) are abstracts of
@@ -289,6 +291,7 @@ class _Ranking:
     def __init__(
         self, legs: dict[str, dict[str, float]], rule: Fusion, shown: dict[str, dict[str, float]]
     ) -> None:
+        self.rule = rule
         self.fused, self.agreement = rule.fuse(legs)
         self.order = sorted(self.fused, key=lambda key: (-self.fused[key], key))
         self.shown = shown  # the scores a breakdown reports (raw: before any lift)
@@ -352,7 +355,12 @@ def _passage_pairs(
 
 
 class Retriever:
-    """Search one collection. The query encoder is the one the collection was built with."""
+    """Search one collection. The query encoder is the one the collection was built with.
+
+    `encoders` (a spec -> Encoder callable, as `docsearch.registry.CollectionRegistry` gives)
+    says where that encoder comes from: Retrievers sharing one load a model once; default: each
+    loads its own. `close()` ends the Retriever's query thread (searching after it starts a new
+    one); a Retriever is also a context manager that closes itself."""
 
     def __init__(
         self,
@@ -362,6 +370,7 @@ class Retriever:
         encoder: Encoder | None = None,
         fusion: Fusion | None = None,
         settings: Settings | None = None,
+        encoders: Callable[[dict[str, Any]], Encoder] | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.db = db or self.settings.db
@@ -370,6 +379,7 @@ class Retriever:
         self.store = Store.open(self.db, resolve_collection(self.db, collection))
         self._given_encoder = encoder
         self._encoder = encoder
+        self._encoders = encoders or encoder_from_spec
         self._query_thread: ThreadPoolExecutor | None = None  # see _beside
         # The hybrid rule. None: the default rules (fusion.DOCUMENT_RULES for documents,
         # CHUNK_FUSION for passages); one over the chunk legs alone ranks documents by their best
@@ -390,8 +400,25 @@ class Retriever:
         if self._encoder is None:
             if self.store.meta.encoder is None:
                 raise UsageError(f"collection {self.collection!r} has no vectors (lexical only)")
-            self._encoder = encoder_from_spec(self.store.meta.encoder)
+            self._encoder = self._encoders(self.store.meta.encoder)
         return self._encoder
+
+    def close(self) -> None:
+        """End the query threads of this Retriever and of the versions it followed. The
+        encoder stays loaded (it may be shared); searching again is allowed."""
+        with self._following:
+            successor = self._successor
+        thread, self._query_thread = self._query_thread, None
+        if thread is not None:
+            thread.shutdown(wait=True)
+        if successor is not None:
+            successor.close()
+
+    def __enter__(self) -> Retriever:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def default_mode(self) -> str:
         return self._serving()._own_default_mode()
@@ -417,7 +444,11 @@ class Retriever:
         """A Retriever on the serving version; the caller's encoder goes with it only if that
         version was built with it."""
         follower = Retriever(
-            self.collection, db=self.db, fusion=self.fusion, settings=self.settings
+            self.collection,
+            db=self.db,
+            fusion=self.fusion,
+            settings=self.settings,
+            encoders=self._encoders,
         )
         given, spec = self._given_encoder, follower.store.meta.encoder
         if given is not None and spec is not None and same_identity(given.spec(), spec):
@@ -456,8 +487,28 @@ class Retriever:
         """The top `k` documents (or passages) for `query`, best first.
 
         `where` is SQL over chunk columns ("page_start >= 3"), `path` a glob on the file path,
-        `paths` a list of exact paths; each only narrows the search.
+        `paths` a list of exact paths; each only narrows the search. The hits alone: to know
+        the mode that answered them (hybrid falls back to lexical without vectors or encoder)
+        and the rule that ranked them, call `search_result` with the same arguments.
         """
+        return self.search_result(
+            query, k, mode, where, path=path, paths=paths, granularity=granularity
+        ).hits
+
+    def search_result(
+        self,
+        query: str,
+        k: int = 10,
+        mode: str | None = None,
+        where: str | None = None,
+        *,
+        path: str | None = None,
+        paths: Sequence[str] | None = None,
+        granularity: str = "document",
+    ) -> SearchResult[Hit]:
+        """As `search`, with how it was answered: a `docsearch.results.SearchResult` (the
+        hits, the mode that answered, the mode asked for, the rule that ranked, why the mode
+        fell back)."""
         return self._on_serving(
             lambda version: version._search(
                 query, k, mode, where, path=path, paths=paths, granularity=granularity
@@ -474,13 +525,14 @@ class Retriever:
         path: str | None,
         paths: Sequence[str] | None,
         granularity: str,
-    ) -> list[Hit]:
+    ) -> SearchResult[Hit]:
         query = clean_query(query)
         k = _whole_number(k)
         if granularity not in GRANULARITIES:
             raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES)}")
         flt = ChunkFilter(path=path, paths=paths, where=where)
-        mode = self._usable_mode(mode or self._own_default_mode())
+        asked = mode or self._own_default_mode()
+        mode = self._usable_mode(asked)
         documents = granularity == "document"
         rule = self._document_rule(mode, flt, query) if documents else None
         pool = max(CHUNK_POOL, 5 * k) if documents else max(20, 2 * k)
@@ -528,11 +580,21 @@ class Retriever:
             if rule.uses_documents and "lexical" in found:  # measured on plain BM25 (no lift)
                 found = {**found, "lexical": bm25}
             legs = _Legs(found, chunks, by_id, lexical)
-            return self._documents(query, words, vector, rule, legs, k, flt)
-        return [
+            hits = self._documents(query, words, vector, rule, legs, k, flt)
+            return self._result(hits, asked, mode, rule_name(rule, mode))
+        hits = [
             Hit(**_view(by_id[key], query), score=chunks.fused[key], scores=chunks.scores(key, i))
             for i, key in enumerate(chunks.order[:k], start=1)
         ]
+        return self._result(hits, asked, mode, rule_name(chunks.rule, mode))
+
+    def _result(self, hits: list[_H], asked: str, mode: str, rule: str) -> SearchResult[_H]:
+        """`hits` as a SearchResult: answered in `mode`, asked in `asked` (where they differ,
+        the collection has no vectors or its encoder could not be loaded: `_usable_mode`)."""
+        fallback = None
+        if mode != asked:
+            fallback = ENCODER_UNAVAILABLE if self.store.has_vectors else NO_VECTORS
+        return SearchResult(hits, mode=mode, asked=asked, rule=rule, fallback=fallback)
 
     def similar(
         self,
@@ -551,7 +613,21 @@ class Retriever:
         `terms` key terms; dense side: its doc-mean vector and, for the best documents of either,
         chunk-to-chunk matching (`chunk_dense`); fused by `rule` (default
         `fusion.SIMILAR_RULES[mode]`). `explain=False` skips the shared terms and passage pairs
-        (each hit then shows its opening passage)."""
+        (each hit then shows its opening passage). The hits alone: `similar_result` says how
+        they were answered, as `search_result` does."""
+        return self.similar_result(source, k, mode, terms=terms, explain=explain, rule=rule).hits
+
+    def similar_result(
+        self,
+        source: str | Path | Document | InCollection,
+        k: int = 10,
+        mode: str | None = None,
+        *,
+        terms: int = MAX_TERMS,
+        explain: bool = True,
+        rule: Fusion | None = None,
+    ) -> SearchResult[SimilarHit]:
+        """As `similar`, with the mode that answered and the rule (`docsearch.results`)."""
         return self._on_serving(
             lambda version: version._similar(
                 source, k, mode, terms=terms, explain=explain, rule=rule
@@ -567,9 +643,10 @@ class Retriever:
         terms: int,
         explain: bool,
         rule: Fusion | None,
-    ) -> list[SimilarHit]:
+    ) -> SearchResult[SimilarHit]:
         k = _whole_number(k)
-        mode = self._usable_mode(mode or self._own_default_mode())
+        asked = mode or self._own_default_mode()
+        mode = self._usable_mode(asked)
         if not self.store.has_documents:
             raise UsageError(
                 f"collection {self.collection!r} has no document table yet; run "
@@ -611,10 +688,11 @@ class Retriever:
         ranking = _Ranking(legs, rule, shown)
         top = ranking.order[:k]
         chunks.update(self._chunks_to_show(top, chunks, explain, query.chunk_vectors is not None))
-        return [
+        hits = [
             self._similar_hit(query, key, chunks[doc], ranking, doc, i, explain)
             for i, doc in enumerate(top, start=1)
         ]
+        return self._result(hits, asked, mode, rule_name(rule, mode))
 
     def _chunks_to_show(
         self,
@@ -824,9 +902,13 @@ class Retriever:
             done: Future[_T] = Future()
             done.set_result(work())
             return done
-        if self._query_thread is None:
-            self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="docsearch-query")
-        return self._query_thread.submit(work)
+        pool = self._query_thread
+        if pool is None:
+            pool = self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="docsearch-query")
+        try:
+            return pool.submit(work)
+        except RuntimeError:  # closed by another thread meanwhile (`close`): run it here
+            return self._beside(work, overlap=False)
 
     def _usable_mode(self, mode: str) -> str:
         if not isinstance(mode, str) or mode not in MODES:

@@ -4,27 +4,27 @@ Routes live under `/api/v1`; the schema is `/openapi.json`, its page `/docs`, bo
 `api_models.py` (answer models, path patterns, each route's errors). Everything but health needs
 `Authorization: Bearer KEY` once keys are in force (`api_auth.py`: checked in front of the app,
 before the body is read); a key reads only its collections, and starts index jobs only if made
-with `--index`, for its collection's own folder (`api_folders.py`). Search answers with `Retriever.search` and `Hit.as_dict()`; similar (more like this) with
-`Retriever.similar`, for a document of the collection by doc id or an uploaded file (extracted
+with `--index`, for its collection's own folder (`api_folders.py`). Search answers with `Retriever.search_result` (the mode that answered, the rule,
+`Hit.as_dict()` for each hit); similar (more like this) with `Retriever.similar_result`, for a document of the collection by doc id or an uploaded file (extracted
 in the extraction child, up to MAX_UPLOAD_BYTES); documents are read through the UI's
 `DocumentGuard`; index jobs run the indexing service in a thread, one per
 collection. Every error is JSON `{"error": "..."}` with a 4xx status (a 500 only for a bug,
 without its traceback) and names no server path; request bodies, k and the query are bounded.
 `build_app` puts the API in front of the UI app (`web/ui.make_app`), which gets every other path,
 behind bounded admission for searches and uploads (`admission.py`: 503 + Retry-After beyond it).
+Collections are opened through the process's `docsearch.registry.CollectionRegistry`.
 Not here: keys (`keys.py`), the command (`serve_cmd.py`), indexing (`docsearch.indexer.service`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import InitVar, asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -57,6 +57,8 @@ from docsearch.errors import (
     ExtractionError,
     UsageError,
 )
+from docsearch.registry import CollectionRegistry
+from docsearch.results import SearchResult
 from docsearch.retriever import MAX_K, Retriever
 
 if TYPE_CHECKING:
@@ -185,33 +187,17 @@ class ServerState:
     root: Path | None = None  # folders under it may be indexed through the API
     no_keys: bool = False  # `serve --no-keys`: open, whatever keys exist (loopback only)
     jobs: Jobs = field(default_factory=Jobs)
-    _retrievers: dict[str, Retriever] = field(default_factory=dict)
-    _opening: threading.Lock = field(default_factory=threading.Lock)
+    # The process's open collections; `serve` gives the UI it mounts the same one.
+    shared: InitVar[CollectionRegistry | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, shared: CollectionRegistry | None) -> None:
         self.policy = KeyPolicy(self.keys, self.require_keys, self.no_keys)
+        self.registry = shared or CollectionRegistry(self.settings)
 
     def retriever(self, name: str) -> Retriever:
-        """The collection's retriever, reopened once the collection was rebuilt or dropped.
-
-        Opening is one at a time, its encoder loaded then: requests that arrive meanwhile wait
-        for that one load instead of each loading the model."""
-        from docsearch.indexer.store import validate_name
-
-        validate_name(name)
-        cached = self._retrievers.get(name)
-        if cached is not None and cached.store.is_current():
-            return cached
-        with self._opening:
-            cached = self._retrievers.get(name)
-            if cached is not None and cached.store.is_current():
-                return cached
-            fresh = Retriever(name, settings=self.settings)
-            if fresh.store.has_vectors:
-                with contextlib.suppress(EncoderUnavailableError):  # lexical answers instead
-                    fresh.encoder()
-            self._retrievers[name] = fresh
-            return fresh
+        """The collection's retriever (`CollectionRegistry.retriever`: reopened once the
+        collection was rebuilt or dropped, its encoder loaded once in the process)."""
+        return self.registry.retriever(name)
 
     def guard(self, name: str) -> DocumentGuard:
         from docsearch.app.web.files import DocumentGuard
@@ -305,15 +291,22 @@ def _similar_answer(
     k: int,
     mode: str | None,
 ) -> dict[str, Any]:
-    retriever = state.retriever(name)
     started = time.perf_counter()
-    hits = retriever.similar(source, k=k, mode=mode)
+    result = state.retriever(name).similar_result(source, k=k, mode=mode)
+    return _answer(name, result, time.perf_counter() - started) | {"query": query}
+
+
+def _answer(name: str, result: SearchResult[Any], seconds: float) -> dict[str, Any]:
+    """A search's or a similar search's answer: how it was answered (`docsearch.results`)
+    and its hits."""
     return {
         "collection": name,
-        "mode": mode or retriever.default_mode(),
-        "query": query,
-        "seconds": time.perf_counter() - started,
-        "hits": [hit.as_dict() for hit in hits],
+        "mode": result.mode,
+        "asked_mode": result.asked,
+        "rule": result.rule,
+        "fallback": result.fallback,
+        "seconds": seconds,
+        "hits": [hit.as_dict() for hit in result.hits],
     }
 
 
@@ -324,8 +317,8 @@ def add_routes(app: FastAPI) -> None:
 
     @app.get(f"{API}/collections", response_model=list[models.Collection], responses=errors(401))
     def collections(request: Request, who: Who) -> list[dict[str, Any]]:
-        from docsearch.app.collections_cmd import collection_info
         from docsearch.indexer.store import list_collections
+        from docsearch.registry import collection_info
 
         db = state_of(request).settings.db
         return [collection_info(db, n) for n in list_collections(db) if who.reads(n)]
@@ -334,11 +327,8 @@ def add_routes(app: FastAPI) -> None:
         f"{API}/collections/{{name}}", response_model=models.Collection, responses=errors(*KEYED)
     )
     def collection(name: Name, request: Request, who: Who) -> dict[str, Any]:
-        from docsearch.app.collections_cmd import collection_info
-
         who.require(name)
-        state = state_of(request)
-        return collection_info(state.settings.db, state.retriever(name).collection)
+        return state_of(request).registry.collection_info(name)
 
     @app.post(
         f"{API}/collections/{{name}}/search",
@@ -349,13 +339,8 @@ def add_routes(app: FastAPI) -> None:
         who.require(name)
         retriever = state_of(request).retriever(name)
         started = time.perf_counter()
-        hits = retriever.search(**body.model_dump())
-        return {
-            "collection": name,
-            "mode": body.mode or retriever.default_mode(),
-            "seconds": time.perf_counter() - started,
-            "hits": [hit.as_dict() for hit in hits],
-        }
+        result = retriever.search_result(**body.model_dump())
+        return _answer(name, result, time.perf_counter() - started)
 
     @app.post(
         f"{API}/collections/{{name}}/similar",

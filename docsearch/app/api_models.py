@@ -142,7 +142,16 @@ class SimilarHit(Hit):
 
 class SearchAnswer(BaseModel):
     collection: str
-    mode: str
+    mode: str = Field(description="the mode that answered (hybrid falls back to lexical)")
+    asked_mode: str = Field(description="the mode asked for, or the collection's default")
+    rule: str = Field(
+        description="the rule that ranked: hybrid, lexical, vector, long-query, "
+        "key-terms, chunk or custom (docsearch.results)"
+    )
+    fallback: str | None = Field(
+        description="why mode is not asked_mode: 'no vectors' or "
+        "'encoder unavailable'; null when it is"
+    )
     seconds: float
     hits: list[Hit]
 
@@ -154,7 +163,10 @@ class SimilarQuery(BaseModel):
 
 class SimilarAnswer(BaseModel):
     collection: str
-    mode: str
+    mode: str = Field(description="the mode that answered (hybrid falls back to lexical)")
+    asked_mode: str
+    rule: str
+    fallback: str | None
     query: SimilarQuery
     seconds: float
     hits: list[SimilarHit]

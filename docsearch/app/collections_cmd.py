@@ -1,19 +1,20 @@
 """`docsearch collections list | info | drop`: what the database holds, and removing it.
 
-Not here: the store (`docsearch.indexer.store`), index health (`doctor_cmd.py`).
+Not here: what `info` shows (`docsearch.registry.collection_info`), the store
+(`docsearch.indexer.store`), index health (`doctor_cmd.py`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from docsearch.app.common import DbOption, JsonOption, handle_errors
+from docsearch.registry import collection_info, version_info
 
-if TYPE_CHECKING:
-    from docsearch.indexer.store import Store
+__all__ = ["collection_info", "collections_app", "version_info"]
 
 collections_app = typer.Typer(help="List, inspect and drop collections.", no_args_is_help=True)
 
@@ -38,38 +39,6 @@ def collections_list(as_json: JsonOption = False, db: DbOption = None) -> None:
             f"{info['name']}\t{info['files']} files\t{info['chunks']} chunks\t{info['encoder']}"
             f"{switch}"
         )
-
-
-def collection_info(db: str, name: str) -> dict[str, Any]:
-    """What the serving version holds and was built with; `switch`: the same for the version
-    an unfinished switch is building (None when there is none)."""
-    from docsearch.indexer.store import Store
-
-    store = Store.open(db, name)
-    pending = Store.pending_build(db, name)
-    return {
-        "name": name,
-        "source": store.meta.source,
-        **version_info(store),
-        "switch": version_info(pending) if pending is not None else None,
-    }
-
-
-def version_info(store: Store) -> dict[str, Any]:
-    """One version of a collection: its encoder and chunker, and what it holds so far."""
-    from docsearch.encoders.base import describe
-
-    files = store.file_stats()
-    return {
-        "encoder": describe(store.meta.encoder) if store.meta.encoder else "none (lexical only)",
-        "encoder_spec": store.meta.encoder,
-        "chunker": store.meta.chunker,
-        "schema_version": store.meta.schema_version,
-        "files": files.indexed,
-        "failed_files": len(files.failed),
-        "chunks": store.count_chunks(),
-        "version": store.version,
-    }
 
 
 @collections_app.command("info")

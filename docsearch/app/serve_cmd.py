@@ -6,6 +6,8 @@ made, every request needs one, even after all keys are revoked or the key file i
 `--no-keys` (loopback only) serves without keys again. The UI has no key login: it is mounted only
 while keys are not in force (loopback, no key ever made, or `--no-keys`); otherwise use
 `docsearch ui` on loopback.
+The API and the UI share one `docsearch.registry.CollectionRegistry` (one encoder load per
+collection spec in the process), closed when the server stops.
 Not here: the routes (`api.py`), keys (`keys.py`), watching (`docsearch.indexer.watch`).
 """
 
@@ -24,6 +26,7 @@ from docsearch.app.ui_cmd import UI_PACKAGES
 from docsearch.errors import UsageError
 
 if TYPE_CHECKING:
+    from docsearch.app.api import Front, ServerState
     from docsearch.config import Settings
 
 log = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ def serve_command(
     for folder in [*(watch or []), *([root] if root else [])]:
         if not folder.is_dir():
             raise UsageError(f"not a folder: {folder}")
-    from docsearch.app.api import API, ServerState, build_app
+    from docsearch.app.api import API, ServerState
     from docsearch.app.keys import KeyStore
     from docsearch.app.web.ui import LOOPBACK, check_port
     from docsearch.config import Settings
@@ -84,17 +87,16 @@ def serve_command(
     check_port(host, port)
     settings = Settings.resolve(db=db)
     state = ServerState(settings, keys, public, root.resolve() if root else None, no_keys)
-    keyed = state.policy.in_force()
-    ui_app = _ui_app(settings) if ui and not keyed else None
+    app = server_app(state, ui)
     stop = _start_watchers(watch or [], settings)
     where = f"http://{host}:{port}"
     typer.echo(f"docsearch API on {where}{API} (docs {where}/docs)", err=True)
-    typer.echo(f"UI on {where}/" if ui_app else "UI off (keys are in force)", err=True)
+    typer.echo(f"UI on {where}/" if app.ui else "UI off (keys are in force)", err=True)
     import uvicorn
 
     try:
         uvicorn.run(
-            build_app(state, ui_app),
+            app,
             host=host,
             port=port,
             log_level="warning",
@@ -103,12 +105,19 @@ def serve_command(
     finally:
         stop.set()
         stop_child("uploads")  # Ctrl-C: an upload waiting on it fails now, not after its file
+        state.registry.close()
 
 
-def _ui_app(settings: Settings) -> Any:
+def server_app(state: ServerState, ui: bool) -> Front:
+    """The API and, if `ui` and keys are not in force, the UI in front of it: both open their
+    collections through `state.registry`, so the process loads a collection's encoder once."""
+    from docsearch.app.api import build_app
     from docsearch.app.web.ui import build_ui, make_app
 
-    return make_app(build_ui(settings=settings))
+    if not ui or state.policy.in_force():
+        return build_app(state)
+    demo = build_ui(settings=state.settings, collections=state.registry)
+    return build_app(state, make_app(demo))
 
 
 def _start_watchers(folders: list[Path], settings: Settings) -> threading.Event:

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,6 +39,8 @@ from docsearch.config import Settings
 from docsearch.errors import DocsearchError, UsageError
 from docsearch.indexer.pipeline import NullProgress
 from docsearch.indexer.store import FileRecord
+from docsearch.registry import CollectionRegistry
+from docsearch.results import SearchResult
 from docsearch.retriever import Hit, Retriever, SimilarHit
 
 if TYPE_CHECKING:
@@ -119,13 +121,10 @@ def friendly_glob(pattern: str) -> str | None:
     return pattern if pattern.startswith(("/", "*")) else "*" + pattern
 
 
-def answered_mode(asked: str, has_vectors: bool, hits: Sequence[Hit]) -> str:
-    """The mode that really answered: hybrid falls back to lexical without vectors or encoder."""
-    if asked != "lexical" and (
-        not has_vectors or (hits and not any("dense" in leg for h in hits for leg in h.scores))
-    ):
-        return "lexical (no vectors)" if not has_vectors else "lexical (encoder unavailable)"
-    return asked
+def answered_mode(result: SearchResult[Any]) -> str:
+    """The mode that answered, as the results line shows it: "lexical (no vectors)" where a
+    hybrid search fell back (`docsearch.results`)."""
+    return f"{result.mode} ({result.fallback})" if result.fallback else result.mode
 
 
 def display_path(path: str, source: str) -> str:
@@ -287,9 +286,13 @@ class UIContext:
     settings: Settings
     collection: str | None = None
     root: Path | None = None
-    _retrievers: dict[str, Retriever] = field(default_factory=dict)
+    # The process's open collections (`serve` shares its API's); default: one of its own.
+    shared: InitVar[CollectionRegistry | None] = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _searches: int = 0
+
+    def __post_init__(self, shared: CollectionRegistry | None) -> None:
+        self.registry = shared or CollectionRegistry(self.settings, db=self.db)
 
     def collections(self) -> list[str]:
         from docsearch.indexer.store import list_collections
@@ -307,13 +310,8 @@ class UIContext:
     def retriever(self, name: str | None) -> Retriever:
         if not name:
             raise UsageError("no collection yet: index a folder first (Index tab)")
-        with self._lock:
-            cached = self._retrievers.get(name)
-            # Reads see other writers' commits; a dropped or rebuilt collection is reopened.
-            if cached is not None and cached.store.is_current():
-                return cached
-            self._retrievers[name] = Retriever(name, db=self.db, settings=self.settings)
-            return self._retrievers[name]
+        # Reads see other writers' commits; a dropped or rebuilt collection is reopened.
+        return self.registry.retriever(name)
 
     def guard(self, name: str) -> DocumentGuard:
         from docsearch.indexer.store import validate_name
@@ -326,18 +324,17 @@ class UIContext:
     ) -> Searched:
         retriever = self.retriever(collection)
         started = time.perf_counter()
-        store, hits = retriever.store, []
+        store = retriever.store
         lo, hi = parse_day(filters.after), parse_day(filters.before, end_of_day=True)
         paths = None
         if filters.types or lo is not None or hi is not None:
             paths = filtered_paths(store.file_records(), filters.types, lo, hi)
-        if paths is None or paths:
-            k = max(1, min(int(k), MAX_K))
-            glob = friendly_glob(filters.glob)
-            hits = retriever.search(query, k=k, mode=mode or None, path=glob, paths=paths)
-        used = answered_mode(mode or retriever.default_mode(), store.has_vectors, hits)
+        k, glob = max(1, min(int(k), MAX_K)), friendly_glob(filters.glob)
+        # Where no file passes the filters (paths == []) the search finds none, and says its mode.
+        result = retriever.search_result(query, k=k, mode=mode or None, path=glob, paths=paths)
         seconds = time.perf_counter() - started
-        return Searched(hits, seconds, self._next_id(), used, store.name, store.meta.source)
+        used = answered_mode(result)
+        return Searched(result.hits, seconds, self._next_id(), used, store.name, store.meta.source)
 
     def similar(self, picked: Picked, mode: str, k: int) -> Searched:
         """The documents most like a result's document (more like this), in `mode`; each
@@ -347,9 +344,8 @@ class UIContext:
         retriever = self.retriever(picked.collection)
         started = time.perf_counter()
         k = max(1, min(int(k), MAX_K))
-        hits = retriever.similar(InCollection(picked.hit.doc_id), k=k, mode=mode or None)
-        store = retriever.store
-        used = answered_mode(mode or retriever.default_mode(), store.has_vectors, hits)
+        result = retriever.similar_result(InCollection(picked.hit.doc_id), k=k, mode=mode or None)
+        store, hits, used = retriever.store, result.hits, answered_mode(result)
         like = picked.hit.title or Path(picked.hit.path).name
         seconds = time.perf_counter() - started
         source = store.meta.source
@@ -428,8 +424,7 @@ class UIContext:
             encoder=chosen,
             progress=progress,
         )
-        with self._lock:
-            self._retrievers.clear()
+        self.registry.forget(name)
         written = f"{report.chunks_written} chunks written in {report.seconds:.1f} s"
         summary = f"{name}: {report.files_line()}; {written}"
         return summary, _report_rows(Store.open(self.db, name), path, report)

@@ -42,6 +42,8 @@ from docsearch.errors import UsageError
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
+    from docsearch.registry import CollectionRegistry
+
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
@@ -138,11 +140,14 @@ def build_ui(
     db: str | None = None,
     root: Path | None = None,
     settings: Settings | None = None,
+    collections: CollectionRegistry | None = None,
 ) -> Any:
-    """The docsearch UI as a `gr.Blocks` (not launched; see `serve`)."""
+    """The docsearch UI as a `gr.Blocks` (not launched; see `serve`); `collections`: the
+    process's open collections, if it has them already (`docsearch serve`'s API's)."""
     gr = _gradio()
     settings = settings or Settings()
-    ctx = UIContext(db or settings.db, settings, collection, root.resolve() if root else None)
+    folder = root.resolve() if root else None
+    ctx = UIContext(db or settings.db, settings, collection, folder, shared=collections)
     with gr.Blocks(title="docsearch", analytics_enabled=False) as demo:
         gr.Markdown("## docsearch", elem_id="ds-header")
         status = gr.HTML("", elem_id="ds-status")
@@ -404,8 +409,9 @@ class UIRoutesOnly:
     """ASGI middleware in front of the whole app: only the UI's own routes (`UI_ROUTES`) get
     through; every other request is a 404 and every websocket is closed before it opens."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, context: UIContext | None = None) -> None:
         self.app = app
+        self.context = context  # the UI's UIContext (its collections), for serve and tests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" or (
@@ -441,7 +447,7 @@ def make_app(demo: Any) -> Any:
         css=CSS,
         footer_links=[],
     )
-    return UIRoutesOnly(mounted)
+    return UIRoutesOnly(mounted, demo.docsearch_context)
 
 
 def check_port(host: str, port: int) -> None:
@@ -472,7 +478,10 @@ def serve(demo: Any, host: str = "127.0.0.1", port: int = 7860) -> None:
         )
     app = make_app(demo)
     print(f"docsearch UI on http://{host}:{port} (Ctrl+C to stop)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        demo.docsearch_context.registry.close()
 
 
 __all__ = ["UIContext", "UIRoutesOnly", "build_ui", "is_ui_route", "make_app", "serve"]
