@@ -22,7 +22,7 @@ reaches it on disk, not in memory, see `extract.Document`), chunks a section at 
 (`StreamedFile`): each group of its chunks is embedded and written as uncommitted fragments, its
 document row is built as the groups go by, and the file is committed alone once its last chunk
 is written. Extraction runs ahead of the encoder: the next files are read and extracted in a
-thread (the parsers in their own process) while this one embeds (`prefetched`).
+thread (the parsers in their own process) while this one embeds (`prefetch.prefetched`).
 Not here: locking and preparing the collection (`service.py`), progress rendering (a
 `ProgressSink` receives events), distribution (`ray_engine.py`).
 """
@@ -32,8 +32,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import queue
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -53,6 +51,7 @@ from docsearch.indexer.extract_process import extract_guarded
 from docsearch.indexer.heap import release_free_memory
 from docsearch.indexer.pages import encode_file_starts
 from docsearch.indexer.plan import Plan, WorkItem, sha256_bytes
+from docsearch.indexer.prefetch import prefetched
 from docsearch.indexer.readers.mail import MAIL_META
 from docsearch.indexer.store import DocumentBuilder, FileRecord, FileUpdate, Store
 
@@ -650,70 +649,3 @@ def write_locally(job: Job, outcomes: Iterable[FileOutcome], deleted: Sequence[s
     if deleted:
         job.store.commit([], deleted=deleted)
     job.store.refresh_indexes()
-
-
-# ---------------------------------------------------------------------------------------------
-# Extraction ahead of the encoder
-
-
-_DONE = object()
-
-
-class prefetched:  # noqa: N801 - used as a context manager, like a function
-    """`work(item)` for each of `items` in a thread, at most `ahead` results ahead of the
-    consumer; as a context manager, the results in order. An exception in `work` is raised
-    where its result would have come. Leaving early stops the thread after its current item
-    (the results it made are discarded: their spool files go)."""
-
-    def __init__(self, work: Any, items: Sequence[Any], ahead: int) -> None:
-        self._work, self._items = work, items
-        self._results: queue.Queue[Any] = queue.Queue(maxsize=max(1, ahead))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="docsearch-extract", daemon=True)
-
-    def _run(self) -> None:
-        for item in self._items:
-            if self._stop.is_set():
-                return
-            try:
-                result: Any = self._work(item)
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-                result = _Raised(exc)
-            self._put(result)
-        self._put(_DONE)
-
-    def _put(self, result: Any) -> None:
-        while not self._stop.is_set():
-            try:
-                self._results.put(result, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-        _discard(result)
-
-    def __enter__(self) -> Iterator[Any]:
-        self._thread.start()
-        return self._iterate()
-
-    def _iterate(self) -> Iterator[Any]:
-        while (result := self._results.get()) is not _DONE:
-            if isinstance(result, _Raised):
-                raise result.exc
-            yield result
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        while not self._results.empty():
-            _discard(self._results.get_nowait())
-
-
-@dataclass
-class _Raised:
-    exc: BaseException
-
-
-def _discard(result: Any) -> None:
-    doc = getattr(result, "doc", None)
-    if isinstance(doc, Document):
-        doc.discard()

@@ -15,7 +15,7 @@ import pytest
 from docsearch.indexer import chunk as chunk_module
 from docsearch.indexer import docx_stream
 from docsearch.indexer.extract import Limits, decode_stream, decode_text, extract
-from docsearch.indexer.pipeline import prefetched
+from docsearch.indexer.prefetch import prefetched
 from docsearch.indexer.store import DocumentBuilder, Store, document_rows, whole_text
 from tests.helpers import documents, index_into, make_docx
 from tests.indexer.test_crash import snapshot
