@@ -19,6 +19,17 @@ from docsearch.app.common import CollectionOption, DbOption, JsonOption, handle_
 OK, REPAIR_PENDING = "ok", "repair pending"
 
 
+# What a collection's health lists for the next run to repair: its key, the line label, the words.
+_REPAIRS = (
+    ("pending_files", "pending", "half written by an interrupted run are hidden from search"),
+    (
+        "unrecorded_files",
+        "unrecorded",
+        "have documents but no file record (a run of an earlier docsearch was interrupted)",
+    ),
+)
+
+
 @handle_errors
 def doctor(
     collection: CollectionOption = None, as_json: JsonOption = False, db: DbOption = None
@@ -72,20 +83,13 @@ def _print_doctor(report: dict[str, Any]) -> None:
             f"{h['fts_unindexed_rows']} rows missing from the full-text index, "
             f"{h['versions']} table versions"
         )
-        if h["pending_files"]:
-            typer.echo(
-                f"  {len(h['pending_files'])} files half written by an interrupted run are "
-                "hidden from search; the next `docsearch index` run redoes them"
-            )
-            for path in h["pending_files"]:
-                typer.echo(f"  pending: {path}")
-        if h["unrecorded_files"]:
-            typer.echo(
-                f"  {len(h['unrecorded_files'])} files have documents but no file record (a run "
-                "of an earlier docsearch was interrupted); the next `docsearch index` run redoes them"
-            )
-            for path in h["unrecorded_files"]:
-                typer.echo(f"  unrecorded: {path}")
+        for key, label, what in _REPAIRS:
+            if h[key]:
+                typer.echo(
+                    f"  {len(h[key])} files {what}; the next `docsearch index` run redoes them"
+                )
+                for path in h[key]:
+                    typer.echo(f"  {label}: {path}")
         if h["fts_unindexed_rows"]:
             typer.echo(
                 f"  {h['fts_unindexed_rows']} rows are searched without the full-text index "

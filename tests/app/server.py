@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,3 +95,14 @@ def serving(
             if process.poll() is None:
                 process.kill()
             process.wait()
+
+
+def finished(client: Client, url: str, timeout: float = 60) -> dict[str, Any]:
+    """An index job's answer once it is no longer running (AssertionError after `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(url).json()
+        if job["state"] != "running":
+            return dict(job)
+        time.sleep(0.2)
+    raise AssertionError(f"job {url} still running after {timeout} s")

@@ -7,15 +7,13 @@ Three folders under the server's root, `a`, `b` and `c`, indexed as `colla`, `co
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.app.server import Client, expect_error, served
+from tests.app.server import Client, expect_error, finished, served
 from tests.helpers import index_into, run_cli
 
 V1 = "/api/v1"
@@ -68,16 +66,6 @@ def _as(client: Client, key: str | None) -> Client:
     return Client(client.host, client.port, key)
 
 
-def _finished(client: Client, url: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.get(url).json()
-        if job["state"] != "running":
-            return dict(job)
-        time.sleep(0.2)
-    raise AssertionError(f"job {url} still running after {timeout} s")
-
-
 def _search_paths(client: Client, name: str, query: str) -> list[str]:
     reply = client.post(f"{V1}/collections/{name}/search", {"query": query, "k": 50})
     assert reply.status == 200, reply.body
@@ -104,7 +92,7 @@ def test_an_index_job_cannot_read_another_collections_folder_into_its_own(
     for body in ({"folder": "c"}, None):
         started = client.post(f"{V1}/collections/collc/index-jobs", body)
         assert started.status == 202, started.body
-        assert _finished(client, started.json()["url"])["state"] == "done"
+        assert finished(client, started.json()["url"])["state"] == "done"
     assert str(site.root / "c" / "more.md") in _search_paths(client, "collc", "cherry orchards")
 
 
@@ -124,10 +112,10 @@ def test_an_admin_key_may_bind_another_folder(site: Site, server: Client) -> Non
     client = _as(server, admin)
     started = client.post(f"{V1}/collections/admin-made/index-jobs", {"folder": "a"})
     assert started.status == 202, started.body
-    assert _finished(client, started.json()["url"])["state"] == "done"
+    assert finished(client, started.json()["url"])["state"] == "done"
     started = client.post(f"{V1}/collections/admin-made/index-jobs", {"folder": "b"})
     assert started.status == 202, started.body
-    assert _finished(client, started.json()["url"])["state"] == "done"
+    assert finished(client, started.json()["url"])["state"] == "done"
     assert str(site.root / "b" / "b.md") in _search_paths(client, "admin-made", "bravo bananas")
 
 

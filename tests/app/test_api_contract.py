@@ -10,7 +10,6 @@ import http.client
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.app.server import Client, Reply, expect_error, served
+from tests.app.server import Client, Reply, expect_error, finished, served
 from tests.helpers import REPO, index_into, run_cli
 
 V1 = "/api/v1"
@@ -55,16 +54,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         yield Site(base, root, db, client, keys)
     log = (base / "serve.log").read_text()
     assert "Traceback" not in log, log
-
-
-def _finished(client: Client, url: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.get(url).json()
-        if job["state"] != "running":
-            return dict(job)
-        time.sleep(0.2)
-    raise AssertionError(f"job {url} still running after {timeout} s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +150,7 @@ def test_encoder_none_makes_a_lexical_collection_from_an_api_job(site: Site) -> 
     (site.root / "fresh" / "f.md").write_text("# Fresh\n\nFoxtrot figs ripen late.\n")
     started = client.post(f"{V1}/collections/newc/index-jobs", {"folder": "fresh"})
     assert started.status == 202, started.body
-    job = _finished(client, started.json()["url"])
+    job = finished(client, started.json()["url"])
     assert job["state"] == "done", job
     info = client.get(f"{V1}/collections/newc").json()
     assert info["encoder_spec"] is None and info["chunks"] == 1

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.app.server import Client, Reply, expect_error, served
+from tests.app.server import Client, Reply, expect_error, finished, served
 from tests.helpers import index_into
 from tests.ui.corpus import SECRET, Corpus, build_corpus
 
@@ -197,7 +197,7 @@ def test_an_index_job_runs_reports_progress_and_its_result(site: Site) -> None:
     (site.jobs_folder / "lease.md").write_text("# Lease\n\nThe lease renews every spring.\n")
     started = client.post(f"{V1}/collections/jobs/index-jobs")
     assert started.status == 202, started.body
-    job = _finished(client, started.json()["url"])
+    job = finished(client, started.json()["url"])
     assert job["state"] == "done" and job["error"] is None, job
     assert job["result"]["new"] == 1 and job["result"]["unchanged"] == 1
     assert job["files_total"] == 1 and job["files_done"] == 1
@@ -215,7 +215,7 @@ def test_an_index_job_for_a_folder_under_the_root_makes_a_new_collection(site: S
     (source / "memo.md").write_text("# Memo\n\nVisitor parking permits expire in May.\n")
     started = indexer.post(f"{V1}/collections/fresh/index-jobs", {"folder": "fresh-source"})
     assert started.status == 202, started.body
-    assert _finished(indexer, started.json()["url"])["result"]["new"] == 1
+    assert finished(indexer, started.json()["url"])["result"]["new"] == 1
     hits = _search(indexer, "fresh", query="parking permits").json()["hits"]
     assert hits[0]["path"] == str(source / "memo.md")
 
@@ -226,16 +226,6 @@ def test_an_index_job_is_refused_while_the_writer_lock_is_held(site: Site) -> No
     with writer_lock(site.corpus.db, "jobs"):
         reply = site.as_("indexer").post(f"{V1}/collections/jobs/index-jobs")
         assert "being indexed" in expect_error(reply, 409)
-
-
-def _finished(client: Client, url: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.get(url).json()
-        if job["state"] != "running":
-            return dict(job)
-        time.sleep(0.2)
-    raise AssertionError(f"job {url} still running after {timeout} s")
 
 
 # ---------------------------------------------------------------------------------------------
