@@ -31,7 +31,7 @@ if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the 
 from benchmarks.eval_sets import DEFAULT_CACHE, RESULTS, TUNING, load_group, machine, machine_lines  # noqa: E402
 from docsearch.evaluation import RUN_DEPTH, EvalIndex, ndcg_at_k  # noqa: E402
 from docsearch.fusion import Fusion  # noqa: E402
-from docsearch.indexer.store import Candidate  # noqa: E402
+from docsearch.store.schema import Candidate  # noqa: E402
 
 Legs = dict[str, dict[str, float]]  # leg -> doc id -> score
 

@@ -716,7 +716,7 @@ class Bench:
 
 def docsearch_chunks(python: str, env: dict[str, str], db: Path) -> int | None:
     code = (
-        "import sys; from docsearch.indexer.store import Store; "
+        "import sys; from docsearch.store.reads import Store; "
         f"print(len(Store.open(sys.argv[1], {COLLECTION!r}).rows('ordinal >= 0', ['n_tokens'])))"
     )
     out = subprocess.run([python, "-c", code, str(db)], env=env, capture_output=True, text=True)

@@ -72,9 +72,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     from docsearch.config import Settings
-    from docsearch.indexer import store as store_module
     from docsearch.indexer.service import index
     from docsearch.retriever import Retriever
+    from docsearch.store import reads as store_module
 
     work = Path(args.work)
     folder = corpus_folder(work, args.docs)
@@ -84,7 +84,7 @@ def main() -> None:
     print(f"indexed in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     retriever = Retriever("cuad", db=db)
     store = retriever.store
-    dataset = store.chunks.to_lance()
+    dataset = store._read("chunks")
     calls = 20_000
     started = time.perf_counter()
     for _ in range(calls):

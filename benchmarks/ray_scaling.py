@@ -35,7 +35,7 @@ os.environ["PYTHONPATH"] = str(REPO)
 from docsearch.config import Settings  # noqa: E402
 from docsearch.indexer.ray_engine import RayEngine  # noqa: E402
 from docsearch.indexer.service import index  # noqa: E402
-from docsearch.indexer.store import Store  # noqa: E402
+from docsearch.store.reads import Store  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
 ENCODERS = {"hashing": {"max_tokens": 256}, "sentence-transformers": {}}

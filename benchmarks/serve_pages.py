@@ -50,7 +50,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     from docsearch.indexer.extract import Limits, extract
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
     from tests.helpers import index_into
 
     folder, db = base / "docs", str(base / "db")

@@ -87,8 +87,9 @@ def sweep(store, stats: TermStats, queries: dict[str, str], qrels, halves) -> li
 def cold_start(db: str, name: str, query: str, runs: int = 3) -> dict[str, Any]:
     """`docsearch similar QUERY --mode lexical` in fresh processes: the first one counts the
     collection's word statistics and keeps them, the next ones read them."""
-    from docsearch.indexer.store import Store, cache_file
     from docsearch.similar import _stats
+    from docsearch.store.database import cache_file
+    from docsearch.store.reads import Store
 
     kept = cache_file(db, name, "termstats")
     assert kept is not None

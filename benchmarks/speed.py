@@ -110,7 +110,7 @@ def indexing(n_docs: int, db: str, env: dict[str, str]) -> dict[str, Any]:
     )
     seconds = time.perf_counter() - start
     summary = [line for line in out.stderr.splitlines() if line.startswith("chunks:")]
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     store = Store.open(db, "cuad")
     rows = store.rows("ordinal >= 0", ["n_tokens"])
@@ -193,9 +193,9 @@ class PrecomputedQueries:
 
 def recall_vs_exact(store: Any, vectors: np.ndarray) -> float | None:
     """recall@10 of the indexed vector search against exact search (None: no index, exact)."""
-    if "vector_idx" not in {c.name for c in store.chunks.list_indices()}:
+    dataset, hits = store._read("chunks"), []
+    if not any(index["name"] == "vector_idx" for index in dataset.list_indices()):
         return None
-    dataset, hits = store.chunks.to_lance(), []
     for q in vectors:
         found = [c.chunk_id for c in store.search_vector(q, 10, None)]
         exact = (
@@ -252,7 +252,10 @@ def synthetic_collection(
     """Build collection `name` of `size` synthetic chunks (text from `vocab`, or `texts`); (seconds
     for the chunks and their indexes, seconds for the document table). An existing one of that
     size is kept: (0, 0)."""
-    from docsearch.indexer.store import CollectionMeta, Store, _drop_tables
+    from docsearch.store.database import Database
+    from docsearch.store.reads import Store
+    from docsearch.store.schema import CollectionMeta
+    from docsearch.store.writes import Writer
 
     spec = {"encoder": "precomputed", "options": {}, "dim": DIM, "max_tokens": 256}
     try:
@@ -263,23 +266,25 @@ def synthetic_collection(
         return 0.0, 0.0
     if found:
         raise SystemExit(f"{db} holds {name} with {found} chunks, not {size}: use another --work")
-    store = Store.open_or_create(db, name, CollectionMeta(encoder=spec, chunker={}))
+    database = Database(db)
+    database.create_version(name, 0, CollectionMeta(encoder=spec, chunker={}))
+    store = Writer(Store(database, name, 0))
     start = time.perf_counter()
     for lo in range(0, size, 10000):
         store.chunks.add(synthetic_rows(min(10000, size - lo), rng, vocab, lo, texts))
     store.refresh_indexes()
     build = time.perf_counter() - start
-    # The rows went in beside Store.commit, so the documents come from the backfill path
+    # The rows went in beside Writer.commit, so the documents come from the backfill path
     # (what `docsearch index` does for a collection built before the docs table).
     start = time.perf_counter()
-    _drop_tables(store.db, store.uri, name, ["docs"])
+    database.drop_tables(name, ["docs"])
     store.ensure_documents()
     return build, time.perf_counter() - start
 
 
 def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
-    from docsearch.indexer.store import Store
     from docsearch.retriever import Retriever
+    from docsearch.store.reads import Store
 
     rng = np.random.default_rng(0)
     vocab = [f"w{i}" for i in range(20000)]

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
-from docsearch.indexer.store import Store
 from docsearch.similar import WORD  # words as the full-text index splits them
 from docsearch.snippets import stem
+from docsearch.store.reads import Store
 
 # The smallest share that kept the lexical rule's tuning nDCG@10 within 0.005 of keeping
 # every word on each dataset (0.3 cost summary2meeting 0.022). None: every query keeps every word.

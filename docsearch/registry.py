@@ -6,7 +6,7 @@ process however many collections, versions or front ends use it. A Retriever who
 was rebuilt or dropped since is opened again (the old one is closed); `close()` ends them all.
 `collection_info` describes a collection as `collections info`, the API and the UI show it.
 Imports nothing heavy until used (the CLI imports `collection_info` from here).
-Not here: searching (`docsearch.retriever`), the store (`docsearch.indexer.store`).
+Not here: searching (`docsearch.retriever`), the store (`docsearch.store`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from docsearch.errors import EncoderUnavailableError, UsageError
 if TYPE_CHECKING:
     from docsearch.config import Settings
     from docsearch.encoders.base import Encoder
-    from docsearch.indexer.store import Store
     from docsearch.retriever import Retriever
+    from docsearch.store.reads import Store
 
 
 class CollectionRegistry:
@@ -42,8 +42,8 @@ class CollectionRegistry:
     def retriever(self, name: str | None) -> Retriever:
         """The collection's Retriever, opened again once the collection was rebuilt or
         dropped; its encoder loaded now if it has vectors (lexical answers if it cannot be)."""
-        from docsearch.indexer.store import validate_name
         from docsearch.retriever import Retriever
+        from docsearch.store.schema import validate_name
 
         if not name:
             raise UsageError("no collection yet: index a folder first")
@@ -99,10 +99,12 @@ class CollectionRegistry:
 def collection_info(db: str, name: str) -> dict[str, Any]:
     """What the serving version holds and was built with; `switch`: the same for the version
     an unfinished switch is building (None when there is none)."""
-    from docsearch.indexer.store import Store
+    from docsearch.store.database import Database
+    from docsearch.store.reads import Store, building
 
-    store = Store.open(db, name)
-    pending = Store.pending_build(db, name)
+    database = Database(db)
+    store = Store.open(database, name)
+    pending = building(database, name)
     return {
         "name": name,
         "source": store.meta.source,

@@ -63,18 +63,7 @@ from docsearch.fusion import (
     document_rule,
     ranks,
 )
-from docsearch.indexer.filters import ChunkFilter
-from docsearch.indexer.store import (
-    RESULT_COLUMNS,
-    Candidate,
-    ChunkView,
-    DocCandidate,
-    Store,
-    candidate,
-    resolve_collection,
-    sql_in,
-    sql_str,
-)
+from docsearch.indexer.filters import ChunkFilter, sql_in, sql_str
 from docsearch.results import ENCODER_UNAVAILABLE, NO_VECTORS, SearchResult, rule_name
 from docsearch.similar import (
     MAX_TERMS,
@@ -90,6 +79,9 @@ from docsearch.similar import (
     shared_terms,
 )
 from docsearch.snippets import Snippet, identifiers, make_snippet
+from docsearch.store.database import resolve_collection
+from docsearch.store.reads import Store
+from docsearch.store.schema import RESULT_COLUMNS, Candidate, ChunkView, DocCandidate, candidate
 
 if TYPE_CHECKING:
     from docsearch.indexer.extract import Document

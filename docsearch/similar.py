@@ -32,14 +32,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from docsearch.errors import ExtractionError, UsageError
-from docsearch.indexer.store import (
-    RESULT_COLUMNS,
-    ChunkView,
-    Store,
-    cache_file,
-    mean_vector,
-    sql_in,
-)
+from docsearch.indexer.filters import sql_in
+from docsearch.store.database import cache_file
+from docsearch.store.documents import mean_vector
+from docsearch.store.reads import Store
+from docsearch.store.schema import RESULT_COLUMNS, ChunkView
 
 if TYPE_CHECKING:
     from docsearch.encoders.base import Encoder

@@ -186,10 +186,12 @@ def documents(db: str, name: str = "c") -> dict[str, dict[str, Any]]:
     """The collection's docs-table rows by path, each checked to be the row that its file's
     stored chunks make (what a backfill writes). Compared exactly: both are `document_rows`
     over the same float32 vectors in the same order."""
-    from docsearch.indexer.store import Store, document_rows
+    from docsearch.store.documents import document_rows
+    from docsearch.store.reads import Store
+    from docsearch.store.writes import Writer
 
     store = Store.open(db, name)
-    stored = {row["path"]: row for row in store.docs.to_arrow().to_pylist()}
+    stored = {row["path"]: row for row in Writer(store).docs.to_arrow().to_pylist()}
     derived = {row["path"]: row for row in document_rows(store.rows("ordinal >= 0"))}
     assert stored == derived
     return stored

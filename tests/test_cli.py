@@ -137,11 +137,11 @@ def test_doctor_and_drop(indexed: tuple[Path, str]) -> None:
 
 
 def test_a_second_writer_is_refused_while_one_indexes(tmp_path: Path) -> None:
-    from docsearch.indexer.store import writer_lock
+    from docsearch.store.database import Database
 
     root = copy_samples(tmp_path / "samples")
     db = str(tmp_path / "db")
-    with writer_lock(db, "samples"):
+    with Database(db).writer_lock("samples"):
         result = run_cli("index", str(root), "--encoder", "hashing", "--db", db)
     assert result.returncode == 2
     assert "being indexed by another process" in result.stderr

@@ -237,7 +237,7 @@ def test_a_document_search_reads_the_text_of_the_chunks_it_shows(
     corpus: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The legs read no text; the passages shown get theirs in one read afterwards."""
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     db, _ = corpus
     asked: list[int] = []
@@ -265,7 +265,7 @@ def test_a_document_indexed_again_between_the_reads_shows_its_new_text(
 ) -> None:
     """A file indexed again after the legs read its chunks and before their text is read: the
     hit shows passages of what the file holds now, never an empty one."""
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     _write_corpus(tmp_path / "docs")
     db = str(tmp_path / "db")

@@ -7,8 +7,8 @@ import pytest
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion, blend, ranks
 from docsearch.indexer.filters import ChunkFilter
-from docsearch.indexer.store import Candidate
 from docsearch.retriever import MAX_PASSAGES, Retriever
+from docsearch.store.schema import Candidate
 from tests.helpers import index_samples
 
 
@@ -77,16 +77,16 @@ def test_many_identifiers_cost_one_extra_full_text_search(
 ) -> None:
     """A long query's identifiers share one phrase search (they each ran their own), and the
     chunk holding the most of them still comes first."""
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     searches: list[object] = []
-    real = Store._search_fts
+    real = Store.search_text
 
-    def counted(self: Store, query: object, k: int, where: ChunkFilter | None, *rest: bool) -> list:  # type: ignore[type-arg]
+    def counted(self: Store, query: object, k: int, where: ChunkFilter | None, **kw: bool) -> list:  # type: ignore[type-arg]
         searches.append(query)
-        return real(self, query, k, where, *rest)
+        return real(self, query, k, where, **kw)
 
-    monkeypatch.setattr(Store, "_search_fts", counted)
+    monkeypatch.setattr(Store, "search_text", counted)
     absent = ["QX-4411", "88.7(q)", "ZZ-0001", "4417:1999", "KB-77"]
     idents = ["7.2(a)", *absent, "E-MOT-21", "PPR-9087"]  # the last two share one chunk
     query = "what to do about " + " and ".join(idents)

@@ -21,9 +21,9 @@ from docsearch import similar
 from docsearch.app.cli import app
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion
-from docsearch.indexer.store import cache_file, drop_collection
 from docsearch.retriever import Retriever
 from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats, words
+from docsearch.store.database import Database, cache_file
 from tests.helpers import index_into, make_docx, make_pdf, running_as_root, scan_image
 
 PUMP = [
@@ -227,7 +227,7 @@ def test_word_statistics_are_kept_for_a_fresh_process_until_the_collection_chang
         patched.setattr(TermStats, "of", no_counting)
         assert collection_stats(Retriever("c", db=db).store) == recounted
 
-    drop_collection(db, "c")
+    Database(db).drop_collection("c")
     assert not kept.exists()
 
 
@@ -386,13 +386,14 @@ def test_an_empty_or_unreadable_query_file_is_one_clear_error(
 
 
 def test_a_collection_from_before_ocr_answers(tmp_path: Path) -> None:
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
+    from docsearch.store.writes import Writer
 
     root = tmp_path / "docs"
     _corpus(root)
     db = str(tmp_path / "db")
     index_into(db, root, "c", options={"max_tokens": 40})
-    Store.open(db, "c").chunks.drop_columns(["ocr"])  # as an older docsearch wrote it
+    Writer(Store.open(db, "c")).chunks.drop_columns(["ocr"])  # as an older docsearch wrote it
     for mode in ("lexical", "hybrid"):
         hits = Retriever("c", db=db).similar(str(root / "report.md"), k=2, mode=mode)
         assert _paths(hits)[0] == "report_copy.txt"

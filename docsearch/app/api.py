@@ -66,8 +66,8 @@ if TYPE_CHECKING:
 
     from docsearch.app.web.files import DocumentGuard
     from docsearch.indexer.extract import Document
-    from docsearch.indexer.store import Store
     from docsearch.similar import InCollection
+    from docsearch.store.reads import Store
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +149,13 @@ class Jobs:
         self._lock = threading.Lock()
 
     def start(self, collection: str, folder: Path, settings: Settings) -> IndexJob:
-        from docsearch.indexer.store import writer_lock
+        from docsearch.store.database import Database
 
         with self._lock:
             if any(j.collection == collection and j.state == "running" for j in self.all()):
                 raise ApiError(409, f"collection {collection!r} is already being indexed here")
             try:
-                with writer_lock(settings.db, collection):  # refused now, not in the thread
+                with Database(settings.db).writer_lock(collection):  # refused now, not later
                     pass
             except UsageError as exc:
                 raise ApiError(409, str(exc)) from None
@@ -317,11 +317,12 @@ def add_routes(app: FastAPI) -> None:
 
     @app.get(f"{API}/collections", response_model=list[models.Collection], responses=errors(401))
     def collections(request: Request, who: Who) -> list[dict[str, Any]]:
-        from docsearch.indexer.store import list_collections
         from docsearch.registry import collection_info
+        from docsearch.store.database import Database
 
         db = state_of(request).settings.db
-        return [collection_info(db, n) for n in list_collections(db) if who.reads(n)]
+        names = Database(db).list_collections()
+        return [collection_info(db, n) for n in names if who.reads(n)]
 
     @app.get(
         f"{API}/collections/{{name}}", response_model=models.Collection, responses=errors(*KEYED)
@@ -438,7 +439,7 @@ def add_routes(app: FastAPI) -> None:
     def start_job(
         name: Name, request: Request, who: Who, body: IndexRequest | None = None
     ) -> dict[str, Any]:
-        from docsearch.indexer.store import validate_name
+        from docsearch.store.schema import validate_name
 
         who.require(validate_name(name), index=True)
         state = state_of(request)

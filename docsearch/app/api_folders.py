@@ -21,10 +21,12 @@ from docsearch.app.web.files import is_within
 
 def bound_folders(db: str) -> dict[str, Path | None]:
     """Each complete collection's folder (None: it records none, e.g. an evaluation corpus)."""
-    from docsearch.indexer.store import Store, survey
+    from docsearch.store.database import Database
+    from docsearch.store.reads import Store
 
-    complete, _ = survey(db)
-    sources = {name: Store.open(db, name).meta.source for name in complete}
+    database = Database(db)
+    complete, _ = database.survey()
+    sources = {name: Store.open(database, name).meta.source for name in complete}
     return {name: Path(src).resolve() if src else None for name, src in sources.items()}
 
 

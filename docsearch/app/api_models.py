@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from docsearch.retriever import MAX_K, MAX_QUERY_CHARS
 
 # Path parameters, as the server checks them.
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"  # indexer.store.validate_name's
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"  # store.schema.validate_name's
 DOC_ID_PATTERN = r"^[0-9a-f]{16}$"  # as search hits name documents
 JOB_ID_PATTERN = r"^[0-9a-f]{12}$"  # api.IndexJob ids
 MAX_PAGE = 10_000_000

@@ -1,7 +1,7 @@
 """`docsearch collections list | info | drop`: what the database holds, and removing it.
 
 Not here: what `info` shows (`docsearch.registry.collection_info`), the store
-(`docsearch.indexer.store`), index health (`doctor_cmd.py`).
+(`docsearch.store`), index health (`doctor_cmd.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ collections_app = typer.Typer(help="List, inspect and drop collections.", no_arg
 def collections_list(as_json: JsonOption = False, db: DbOption = None) -> None:
     """List the collections in the database."""
     from docsearch.config import Settings
-    from docsearch.indexer.store import list_collections
+    from docsearch.store.database import Database
 
     db = Settings.resolve(db=db).db
-    infos = [collection_info(db, n) for n in list_collections(db)]
+    infos = [collection_info(db, n) for n in Database(db).list_collections()]
     if as_json:
         typer.echo(json.dumps(infos, indent=2))
         return
@@ -50,7 +50,7 @@ def collections_info(
     """Show what a collection was built with and what it holds (JSON); while a switch
     (`index --switch`) builds its next version, `switch` shows that one too."""
     from docsearch.config import Settings
-    from docsearch.indexer.store import resolve_collection
+    from docsearch.store.database import resolve_collection
 
     db = Settings.resolve(db=db).db
     typer.echo(json.dumps(collection_info(db, resolve_collection(db, name)), indent=2))
@@ -65,10 +65,10 @@ def collections_drop(
 ) -> None:
     """Delete a collection (the indexed files themselves are not touched)."""
     from docsearch.config import Settings
-    from docsearch.indexer.store import drop_collection
+    from docsearch.store.database import Database
 
     db = Settings.resolve(db=db).db
     if not yes and not typer.confirm(f"Drop collection {name!r} from {db}?", err=True):
         raise typer.Exit(1)
-    drop_collection(db, name)
+    Database(db).drop_collection(name)
     typer.echo(f"dropped {name}", err=True)

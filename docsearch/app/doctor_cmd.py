@@ -3,7 +3,7 @@
 A collection is "ok", or "repair pending": an interrupted run left files half written (hidden
 from search) or rows not yet in the full-text index, and the next `docsearch index` run repairs
 both. Failed files are listed with their reasons (each run retries them); they leave the
-collection ok. Not here: the checks themselves (`Store.index_health`, `Store.pending_paths`),
+collection ok. Not here: the checks themselves (`store.indexes.index_health`, `Store.pending_paths`),
 listing collections (`collections_cmd.py`).
 """
 
@@ -37,10 +37,12 @@ def doctor(
     """Check index health: full-text coverage, failed files, versions, encoder identity."""
     from docsearch import __version__
     from docsearch.config import Settings
-    from docsearch.indexer.store import Store, list_collections
+    from docsearch.store.database import Database
+    from docsearch.store.indexes import index_health
+    from docsearch.store.reads import Store
 
     db = Settings.resolve(db=db).db
-    names = [collection] if collection else list_collections(db)
+    names = [collection] if collection else Database(db).list_collections()
     report: dict[str, Any] = {"docsearch": __version__, "db": db, "collections": {}}
     from docsearch.encoders.precision import describe_choices
 
@@ -48,7 +50,7 @@ def doctor(
     problems = 0
     for name in names:
         store = Store.open(db, name)
-        health = store.index_health()
+        health = index_health(store)
         failed = store.file_stats().failed
         health["failed_files"] = failed
         records = store.file_records().values()

@@ -27,7 +27,7 @@ from docsearch.errors import UsageError
 
 if TYPE_CHECKING:
     from docsearch.indexer.pipeline import Engine, IndexReport
-    from docsearch.indexer.store import Versions
+    from docsearch.store.versions import Versions
 
 
 @handle_errors
@@ -92,7 +92,8 @@ def index(
     from docsearch.app.progress import ConsoleProgress
     from docsearch.config import Settings
     from docsearch.indexer import heap, service
-    from docsearch.indexer.store import read_versions, validate_name
+    from docsearch.store.database import Database
+    from docsearch.store.schema import validate_name
 
     heap.limit_arenas()  # before torch, Lance and the extraction start their threads
 
@@ -103,7 +104,7 @@ def index(
         require(device)  # one line, before any model loads
     settings = Settings.resolve(db=db, max_tokens=max_tokens, overlap=overlap, ocr_lang=ocr_lang)
     name = collection or service.collection_for(path)
-    before = read_versions(settings.db, validate_name(name))
+    before = Database(settings.db).versions(validate_name(name))
     with ConsoleProgress(f"indexing {name}") as progress:
         report = service.index(
             path,
@@ -138,17 +139,18 @@ def _engine(name: str, address: str | None, workers: int | None) -> Engine:
 
 def _print_switch(db: str, name: str, before: Versions) -> None:
     """Whether the run swapped the collection to a new version, or left a switch unfinished."""
-    from docsearch.indexer.store import Store, read_versions
+    from docsearch.store.database import Database
+    from docsearch.store.reads import Store, building
 
-    after = read_versions(db, name)
+    database = Database(db)
+    after = database.versions(name)
     if after.active != before.active:
+        serving = Store.open(database, name).meta.identity()
+        typer.echo(f"{name}: switched; searches now use {serving}", err=True)
+    elif (pending := building(database, name)) is not None:
         typer.echo(
-            f"{name}: switched; searches now use {Store.open(db, name).identity()}", err=True
-        )
-    elif (pending := Store.pending_build(db, name)) is not None:
-        typer.echo(
-            f"{name}: the switch to {pending.identity()} is not finished; searches use "
-            f"{Store.open(db, name).identity()} until a run finishes it",
+            f"{name}: the switch to {pending.meta.identity()} is not finished; searches use "
+            f"{Store.open(database, name).meta.identity()} until a run finishes it",
             err=True,
         )
 

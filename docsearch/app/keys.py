@@ -25,7 +25,7 @@ from pathlib import Path
 
 from docsearch.config import data_home
 from docsearch.errors import UsageError
-from docsearch.indexer.store import validate_name
+from docsearch.store.schema import validate_name
 
 ALL = "*"
 PREFIX = "ds_"

@@ -2,7 +2,8 @@
 
 Shared by the CLI, the UI and `docsearch eval`. An existing collection keeps the encoder and
 chunker it was built with (asking for another is refused, unless the run switches: then the new
-encoder's version is built beside the serving one, see `prepare`); a new one takes the requested encoder,
+encoder's version is built beside the serving one, see `prepare`; which version a run writes is
+decided by `store.versions.step`); a new one takes the requested encoder,
 or the default one, and falls back to lexical-only (BM25) with a warning when the default encoder
 cannot run here. `encoder="none"` asks for a lexical-only collection on purpose.
 """
@@ -15,16 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from docsearch.encoders.base import Encoder, encoder_from_spec, get_encoder, same_identity
+from docsearch.encoders.base import Encoder, encoder_from_spec, get_encoder
 from docsearch.errors import EncoderUnavailableError, UsageError
 from docsearch.indexer.chunk import Chunker, ChunkerSettings
-from docsearch.indexer.store import (
-    CollectionMeta,
-    Store,
-    drop_unused_versions,
-    read_versions,
-    survey,
-)
+from docsearch.store.database import Database
+from docsearch.store.reads import Store
+from docsearch.store.schema import CollectionMeta, check_compatible, validate_name
+from docsearch.store.versions import Refused, Run, VersionState
+from docsearch.store.writes import Writer
 
 if TYPE_CHECKING:
     from docsearch.config import Settings
@@ -38,9 +37,13 @@ _WORD = re.compile(r"\w+")
 
 @dataclass
 class Prepared:
-    store: Store
+    writer: Writer  # of the version the run writes
     encoder: Encoder | None
     chunker: Chunker
+
+    @property
+    def store(self) -> Store:
+        return self.writer.store
 
 
 def word_count(texts: Sequence[str]) -> list[int]:
@@ -84,7 +87,7 @@ def load_encoder(
 
 
 def prepare(
-    db: str,
+    database: Database,
     name: str,
     *,
     encoder_name: str | None,
@@ -107,74 +110,116 @@ def prepare(
     """
     options = settings.with_default_model(encoder_name, options)
     runtime = runtime or {}
-    complete, _ = survey(db)
-    if name not in complete:
+    if database.problem(validate_name(name)) is not None:
         encoder = load_encoder(encoder_name, options, settings.encoder, runtime)
-        chunking = ChunkerSettings(chunk_budget(encoder, settings.max_tokens), settings.overlap)
-        meta = CollectionMeta(_spec(encoder), chunking.as_dict(), source=source)
-        return Prepared(
-            Store.open_or_create(db, name, meta), encoder, make_chunker(encoder, chunking)
-        )
-    store = Store.open(db, name)
-    drop_unused_versions(db, name)  # what a kill during the last swap's drop left
-    pending = _pending(db, name)
-    if switch:
+        return _create(database, name, encoder, settings, source)
+    serving = Store.open(database, name)
+    state = database.version_state(name)
+    pending = Store(database, name, state.pending) if state.pending is not None else None
+    encoder, wanted = None, None
+    if switch or encoder_name is not None:
         encoder = (
             load_encoder(encoder_name, options, settings.encoder, runtime)
             if encoder_name is not None
-            else _encoder_of(store.meta, runtime)
+            else _encoder_of(serving.meta, runtime)
         )
-        chunking = ChunkerSettings(chunk_budget(encoder, settings.max_tokens), settings.overlap)
-        meta = CollectionMeta(
-            _spec(encoder), chunking.as_dict(), source=source or store.meta.source
+        chunker = (
+            ChunkerSettings(chunk_budget(encoder, settings.max_tokens), settings.overlap).as_dict()
+            if switch
+            else serving.meta.chunker
         )
-        if not store.identity_matches(meta):
-            return _building(db, name, meta, encoder)
-        if pending is not None:  # asked for the serving identity: the unfinished switch goes
-            log.warning("collection %r: cancelling the switch to %s", name, pending.identity())
-            Store.cancel_build(db, name)
-    elif encoder_name is not None:
-        encoder = load_encoder(encoder_name, options, settings.encoder, runtime)
-        if pending is not None and _same_encoder(pending.meta.encoder, _spec(encoder)):
-            return _building(db, name, pending.meta, encoder)
-        store.check_compatible(CollectionMeta(_spec(encoder), store.meta.chunker))
-        if pending is not None:
-            raise UsageError(
-                f"collection {name!r} has an unfinished switch to {pending.identity()}; index "
-                f"without --encoder to finish it, or add --switch to cancel it and keep the "
-                f"current encoder"
-            )
-    elif pending is not None:  # the unfinished switch resumes
-        return _building(db, name, pending.meta, _encoder_of(pending.meta, runtime))
+        wanted = CollectionMeta(_spec(encoder), chunker, source=source or serving.meta.source)
+    run = Run(
+        switch=switch,
+        named=encoder_name is not None,
+        asks_serving=wanted is None or _asks(serving.meta, wanted, switch),
+        asks_building=bool(pending and wanted and _asks(pending.meta, wanted, switch)),
+    )
+    try:
+        before, after = database.move(name, run)
+    except Refused as refused:
+        raise _refusal(refused, name, serving, wanted, pending) from None
+    _report_dropped_build(name, before, after, pending)
+    store = serving
+    if after.pointer.building is not None:
+        resumed = pending.meta if pending is not None and before.pending == after.writes else None
+        store = _build(database, name, after.writes, resumed or wanted)
+    return _prepared(store, encoder if wanted is not None else _encoder_of(store.meta, runtime))
+
+
+def _create(
+    database: Database, name: str, encoder: Encoder | None, settings: Settings, source: str
+) -> Prepared:
+    """A new collection (or one whose creation was interrupted, repaired) with `encoder` and
+    the settings' chunking."""
+    chunking = ChunkerSettings(chunk_budget(encoder, settings.max_tokens), settings.overlap)
+    meta = CollectionMeta(_spec(encoder), chunking.as_dict(), source=source)
+    active = database.versions(name).active
+    database.create_version(name, active, meta)
+    store = Store(database, name, active)
+    check_compatible(name, store.meta, meta)
+    return _prepared(store, encoder)
+
+
+def _build(database: Database, name: str, version: int, meta: CollectionMeta | None) -> Store:
+    """The version a switch builds, its tables created from `meta` unless it has them."""
+    assert meta is not None, "a new build comes from a run that asked for an identity"
+    database.create_version(name, version, meta)
+    log.info("collection %r: building version %d with %s", name, version, meta.identity())
+    return Store(database, name, version)
+
+
+def _asks(built: CollectionMeta, wanted: CollectionMeta, switch: bool) -> bool:
+    """Whether a run asking for `wanted` asks for a version `built` so: a switch compares the
+    encoder and the chunking, a run that only names an encoder the encoder."""
+    return built.same_identity(wanted) if switch else built.same_encoder(wanted)
+
+
+def _refusal(
+    refused: Refused,
+    name: str,
+    serving: Store,
+    wanted: CollectionMeta | None,
+    pending: Store | None,
+) -> Exception:
+    """The error a refused run reports."""
+    if refused.reason == Refused.MISMATCH and wanted is not None:
+        try:
+            check_compatible(name, serving.meta, wanted)
+        except UsageError as mismatch:
+            return mismatch
+    building = pending.meta.identity() if pending is not None else "another encoder"
+    return UsageError(
+        f"collection {name!r} has an unfinished switch to {building}; index "
+        f"without --encoder to finish it, or add --switch to cancel it and keep the "
+        f"current encoder"
+    )
+
+
+def _report_dropped_build(
+    name: str, before: VersionState, after: VersionState, pending: Store | None
+) -> None:
+    """Warn when the run gave up an unfinished switch (cancelled, or replaced by a new one)."""
+    if pending is None or before.pending == after.pointer.building:
+        return
+    if after.pointer.building is None:
+        log.warning("collection %r: cancelling the switch to %s", name, pending.meta.identity())
     else:
-        encoder = _encoder_of(store.meta, runtime)
-    store.ensure_documents()  # a collection from before the docs table: backfilled
-    return Prepared(store, encoder, make_chunker(encoder, ChunkerSettings(**store.meta.chunker)))
+        log.warning(
+            "collection %r: dropping the unfinished switch to %s", name, pending.meta.identity()
+        )
 
 
-def _pending(db: str, name: str) -> Store | None:
-    """The version an unfinished switch is building; a switch killed before its chunks table
-    existed built nothing, and is forgotten."""
-    pending = Store.pending_build(db, name)
-    if pending is None and read_versions(db, name).building is not None:
-        Store.cancel_build(db, name)
-    return pending
-
-
-def _building(db: str, name: str, meta: CollectionMeta, encoder: Encoder | None) -> Prepared:
-    store = Store.build_version(db, name, meta)
-    log.info("collection %r: building version %d with %s", name, store.version, store.identity())
-    return Prepared(store, encoder, make_chunker(encoder, ChunkerSettings(**store.meta.chunker)))
+def _prepared(store: Store, encoder: Encoder | None) -> Prepared:
+    """The run's writer (a collection from before the docs table backfilled), encoder, chunker."""
+    writer = Writer(store)
+    writer.ensure_documents()
+    chunker = make_chunker(encoder, ChunkerSettings(**store.meta.chunker))
+    return Prepared(writer, encoder, chunker)
 
 
 def _encoder_of(meta: CollectionMeta, runtime: dict[str, Any]) -> Encoder | None:
     return encoder_from_spec(meta.encoder, **runtime) if meta.encoder is not None else None
-
-
-def _same_encoder(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-    if old is None or new is None:
-        return old is None and new is None
-    return same_identity(old, new)
 
 
 def _spec(encoder: Encoder | None) -> dict[str, Any] | None:

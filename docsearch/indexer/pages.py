@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from docsearch.indexer.extract import PAGE_SEPARATOR, Document
 
 if TYPE_CHECKING:
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
 
 def page_starts(doc: Document) -> list[int]:

@@ -3,7 +3,7 @@
 One function per stage, shared by both engines (`ray_engine.py` maps the same ones on a cluster):
 extract (`extract_file`: read, fingerprint, classify and extract one planned file) -> chunk
 (`chunk_file`) -> embed (`embed_rows`: reuse the vector of every text already stored, embed the
-rest under a token budget) -> write (`Store.commit`). A `Job` carries what a run works with and an
+rest under a token budget) -> write (`Writer.commit`). A `Job` carries what a run works with and an
 `Engine` runs the stages over a `plan.Plan`.
 
 Incremental by construction. A file whose size and mtime match its record is never read; one
@@ -53,7 +53,11 @@ from docsearch.indexer.pages import encode_file_starts
 from docsearch.indexer.plan import Plan, WorkItem, sha256_bytes
 from docsearch.indexer.prefetch import prefetched
 from docsearch.indexer.readers.mail import MAIL_META
-from docsearch.indexer.store import DocumentBuilder, FileRecord, FileUpdate, Store
+from docsearch.store.checkpoint import PendingVectors
+from docsearch.store.documents import DocumentBuilder
+from docsearch.store.reads import Store
+from docsearch.store.schema import FileRecord, FileUpdate
+from docsearch.store.writes import Writer
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +166,7 @@ class Job:
     """What one run works with: the collection, how to read, chunk and embed, where to report.
     `runtime`: run-time encoder options (device...) for engines that build their own encoders."""
 
-    store: Store
+    writer: Writer
     encoder: Encoder | None
     chunker: Chunker
     limits: Limits = field(default_factory=Limits)
@@ -171,6 +175,11 @@ class Job:
     runtime: dict[str, Any] = field(default_factory=dict)
     progress: ProgressSink = field(default_factory=NullProgress)
     report: IndexReport = field(default_factory=IndexReport)
+
+    @property
+    def store(self) -> Store:
+        """The version the run writes, for reading (file records, stored vectors)."""
+        return self.writer.store
 
 
 class Engine(Protocol):
@@ -400,9 +409,9 @@ class VectorCheckpoint:
     given up with a warning: it only saves time, so it never stops the run.
     """
 
-    def __init__(self, store: Store, seconds: float) -> None:
-        self.store, self.seconds = store, seconds
-        self.used = store.has_pending_vectors()  # rows to clear once committed
+    def __init__(self, pending: PendingVectors, seconds: float) -> None:
+        self.pending, self.seconds = pending, seconds
+        self.used = pending.exists()  # rows to clear once committed
         self.begin()
 
     def begin(self) -> None:
@@ -421,7 +430,7 @@ class VectorCheckpoint:
 
     def _save(self) -> None:
         try:
-            self.store.save_pending_vectors(self._shas, np.concatenate(self._vectors))
+            self.pending.save(self._shas, np.concatenate(self._vectors))
             self.used = True
         except (OSError, RuntimeError, ValueError) as exc:
             log.warning("cannot checkpoint vectors (%s); a killed run will re-embed them", exc)
@@ -448,13 +457,15 @@ class Indexer:
         """A group is committed once it holds the job's `group_chunks` chunks or, when
         `commit_seconds` is set, once that long has passed since the last commit.
         `checkpoint_seconds` (default CHECKPOINT_SECONDS) paces the vector checkpoint."""
-        self.job, self.store, self.report = job, job.store, job.report
+        self.job, self.writer, self.report = job, job.writer, job.report
         self.commit_seconds = commit_seconds
         self._pending: list[tuple[FileOutcome, list[dict[str, Any]]]] = []
         self._touched: list[FileUpdate] = []
         self._last_commit = time.monotonic()
         seconds = CHECKPOINT_SECONDS if checkpoint_seconds is None else checkpoint_seconds
-        self.checkpoint = VectorCheckpoint(job.store, seconds) if job.encoder is not None else None
+        self.checkpoint = (
+            VectorCheckpoint(job.writer.pending, seconds) if job.encoder is not None else None
+        )
 
     def write(self, outcome: FileOutcome) -> None:
         """Take one file from the extract stage: queue it (see `__init__`), or record a touch, or
@@ -464,7 +475,7 @@ class Indexer:
             self.add(outcome)
             return
         if outcome.kind == FAILED:
-            self.store.commit([outcome.update()])
+            self.writer.commit([outcome.update()])
         else:
             self._touched.append(outcome.update())
         self.job.progress.file_done(outcome.record.path)
@@ -524,7 +535,7 @@ class Indexer:
     def flush(self) -> None:
         """Commit what is queued: the touched files' records, then the group with its vectors."""
         if self._touched:
-            self.store.commit(self._touched)
+            self.writer.commit(self._touched)
             self._touched = []
         if not self._pending:
             return
@@ -548,11 +559,11 @@ class Indexer:
         if job.encoder is not None:
             budget, progress = job.token_budget, job.progress
             embed_rows(rows, job.encoder, job.store, job.report, budget, progress, self.checkpoint)
-        self.store.commit([outcome.update(file_rows) for outcome, file_rows in group])
+        self.writer.commit([outcome.update(file_rows) for outcome, file_rows in group])
         release_free_memory()  # the group's rows, batches and write buffers are free now
         self.report.chunks_written += len(rows)
         if self.checkpoint and self.checkpoint.used:  # committed vectors need no checkpoint
-            self.store.clear_pending_vectors(r["text_sha"] for r in rows)
+            self.writer.pending.clear(r["text_sha"] for r in rows)
 
     def _write_alone(self, outcome: FileOutcome, rows: list[dict[str, Any]]) -> None:
         """One file of a group that failed, embedded and committed alone; failed if it fails."""
@@ -565,7 +576,7 @@ class Indexer:
             self._fail(outcome, exc, "embedding")
             return
         try:
-            self.store.commit([outcome.update(rows)])
+            self.writer.commit([outcome.update(rows)])
             self.report.chunks_written += len(rows)
         except Exception as exc:  # noqa: BLE001
             self._fail(outcome, exc, "writing", wrote=True)
@@ -578,12 +589,12 @@ class Indexer:
         failed = failed_step(outcome, exc, step, wrote)
         self.report.uncount(outcome)
         self.report.count(failed)
-        self.store.commit([failed.update()])
+        self.writer.commit([failed.update()])
 
 
 class StreamedFile:
     """One large file on its way into the store: each group of its chunk rows is embedded and
-    written as uncommitted fragments (`Store.write_fragments`) and folded into its document
+    written as uncommitted fragments (`Writer.write_fragments`) and folded into its document
     row; `commit` writes that row and commits the file alone, replacing its old rows. Killed
     before then, the file is as it was (the fragments are never referenced) and the next run
     does it again, reusing the vectors checkpointed meanwhile."""
@@ -593,7 +604,7 @@ class StreamedFile:
         self.documents: dict[str, DocumentBuilder] = {}  # doc_id -> its row (a file holds several)
         self.fragments: list[tuple[str, Any]] = []
         self.groups = 0
-        job.store.add_ocr_columns()  # before fragments take the table's schema
+        job.writer.add_ocr_columns()  # before fragments take the table's schema
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         job = self.job
@@ -603,7 +614,7 @@ class StreamedFile:
         if job.encoder is not None:
             budget, progress = job.token_budget, job.progress
             embed_rows(rows, job.encoder, job.store, job.report, budget, progress, self.checkpoint)
-        self.fragments += job.store.write_fragments(rows, documents=[])
+        self.fragments += job.writer.write_fragments(rows, documents=[])
         for did, group in itertools.groupby(rows, key=lambda row: row["doc_id"]):
             self.documents.setdefault(did, DocumentBuilder()).add(list(group))
         release_free_memory()
@@ -611,15 +622,15 @@ class StreamedFile:
         self.groups += 1
 
     def commit(self, outcome: FileOutcome) -> None:
-        store = self.job.store
+        writer = self.job.writer
         documents = [builder.row() for builder in self.documents.values()]
-        self.fragments += store.write_fragments([], documents=documents)
-        store.commit([outcome.update([])], fragments=self.fragments)
+        self.fragments += writer.write_fragments([], documents=documents)
+        writer.commit([outcome.update([])], fragments=self.fragments)
         release_free_memory()
         if self.checkpoint and self.checkpoint.used:
             # Its vectors are committed; the checkpoint held nothing else this run still needs
             # (the files before it are committed, the ones after it not yet embedded).
-            store.drop_pending_vectors()
+            writer.pending.drop()
             self.checkpoint.used = False
         log.debug("%s: %d groups in one commit", outcome.record.path, self.groups)
         self.job.progress.file_done(outcome.record.path)
@@ -647,5 +658,5 @@ def write_locally(job: Job, outcomes: Iterable[FileOutcome], deleted: Sequence[s
         indexer.write(outcome)
     indexer.flush()
     if deleted:
-        job.store.commit([], deleted=deleted)
-    job.store.refresh_indexes()
+        job.writer.commit([], deleted=deleted)
+    job.writer.refresh_indexes()

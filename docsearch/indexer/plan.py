@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from docsearch.indexer.extract import supported
-from docsearch.indexer.store import FileRecord
 from docsearch.paths import stored
+from docsearch.store.schema import FileRecord
 
 DEFAULT_EXCLUDES = (".*", "*/.*", "__pycache__", "*/__pycache__", "node_modules", "*/node_modules")
 

@@ -5,11 +5,11 @@
    `pipeline.extract_file`, so each file's outcome is the local engine's by construction.
 2. Ray Data actors, one per GPU (else CPU workers), chunk with the encoder's own tokenizer
    (`pipeline.chunk_file`), reuse stored vectors by text hash and embed the rest
-   (`pipeline.embed_rows`), then write the rows as uncommitted fragments (`Store.write_fragments`).
-3. Driver: one `Store.commit` adds every fragment and deletes the old rows of replaced and
+   (`pipeline.embed_rows`), then write the rows as uncommitted fragments (`Writer.write_fragments`).
+3. Driver: one `Writer.commit` adds every fragment and deletes the old rows of replaced and
    deleted files, one Lance version per table (a file is never half old, half new): chunks,
    documents, then the files table.
-4. `Store.refresh_indexes` with the cluster's workers: a first run's fragments are compacted and
+4. `Writer.refresh_indexes` with the cluster's workers: a first run's fragments are compacted and
    the full-text index built (the local engine's); once the table is large the workers build the
    vector index; later runs update the indexes incrementally.
 The database may be a local folder or an object-store URI LanceDB understands (credentials from
@@ -19,7 +19,7 @@ path on every node (a shared mount), as Ray tasks read the files where they run.
 Differences from the local engine: the run commits once, so a crash before the commit leaves the
 index as it was (the next run starts over, where the local engine resumes group by group); a text
 that occurs in two files handled by different actors in one run is embedded twice (same vector).
-Not here: planning and locking (`service.py`), the stages (`pipeline.py`), Lance (`store.py`).
+Not here: planning and locking (`service.py`), the stages (`pipeline.py`), Lance (`docsearch.store`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,11 @@ from docsearch.indexer.pipeline import (
     failed_step,
 )
 from docsearch.indexer.plan import Plan
-from docsearch.indexer.store import VECTOR_INDEX_MIN_ROWS, IndexBuild, Store
+from docsearch.store.database import Database
+from docsearch.store.indexes import IndexBuild
+from docsearch.store.reads import Store
+from docsearch.store.tables import VECTOR_INDEX_MIN_ROWS
+from docsearch.store.writes import Writer
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +90,7 @@ class RayEngine:
             build = IndexBuild(
                 self.vector_index_min_rows, self.vector_index, where.workers, EXTRACT_CPUS
             )
-            job.store.refresh_indexes(build)
+            job.writer.refresh_indexes(build)
             log.info("ray: indexes up to date at %.1f s", _since(started))
 
 
@@ -141,7 +145,10 @@ class EmbedWorker:
         version: int | None = None,
     ) -> None:
         # The version the driver writes: during a switch, the one being built, not the serving one.
-        self.store = Store(None, name, uri=db_uri, version=version)
+        database = Database(db_uri)
+        version = database.versions(name).active if version is None else version
+        self.writer = Writer(Store(database, name, version))
+        self.store = self.writer.store
         self.encoder: Encoder | None = (
             encoder_from_spec(encoder_spec, **(runtime or {})) if encoder_spec else None
         )
@@ -188,7 +195,7 @@ class EmbedWorker:
         if self.encoder is not None:
             embed_rows(rows, self.encoder, self.store, part, self.token_budget)
         part.chunks_written = len(rows)
-        fragments = self.store.write_fragments(rows)
+        fragments = self.writer.write_fragments(rows)
         sent = [replace(o, doc=None) for o in batch]  # the driver needs the records, not the text
         return BatchResult(sent, part, fragments, f"{_node_id()}:{os.getpid()}")
 
@@ -232,7 +239,7 @@ def commit_results(job: Job, work: Plan, results: Iterable[BatchResult]) -> None
             job.report.count(outcome)
             updates.append(outcome.update())
             job.progress.file_done(outcome.record.path)
-    job.store.commit(updates, work.deleted, fragments)
+    job.writer.commit(updates, work.deleted, fragments)
 
 
 # ---------------------------------------------------------------------------------------------

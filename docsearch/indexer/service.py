@@ -39,7 +39,10 @@ from docsearch.indexer.pipeline import (
     write_locally,
 )
 from docsearch.indexer.plan import Plan, plan, sha256_bytes
-from docsearch.indexer.store import FileRecord, Store, collection_name_for, writer_lock
+from docsearch.store.database import Database
+from docsearch.store.reads import Store
+from docsearch.store.schema import FileRecord, collection_name_for
+from docsearch.store.versions import Refused, Swap
 
 if TYPE_CHECKING:
     from docsearch.config import Settings
@@ -97,7 +100,7 @@ def index(
         switch=switch,
     ) as job:
         started = time.perf_counter()
-        job.store.ensure_search_indexes()  # a first build is searchable before its first commit
+        job.writer.ensure_search_indexes()  # a first build is searchable before its first commit
         work = planned(job.store, root, include, exclude)
         report = job.report
         report.inference = str(getattr(job.encoder, "engine", "") or "")
@@ -107,7 +110,7 @@ def index(
         if work.items or work.deleted:
             engine.run(job, work)
         else:
-            job.store.refresh_indexes()
+            job.writer.refresh_indexes()
         report.deleted = len(work.deleted) - report.renamed
         report.seconds = time.perf_counter() - started
     return report
@@ -149,11 +152,11 @@ def writing(
     When the job's store is a version a switch builds (`switch`, or an unfinished switch
     resumed), a run that ends without an error swaps it in (`finish_switch`).
     """
-    db = db or settings.db
+    database = Database(db or settings.db)
     runtime = dict(runtime or {})
-    with writer_lock(db, collection):
+    with database.writer_lock(collection):
         prepared = prepare(
-            db,
+            database,
             collection,
             encoder_name=encoder,
             options=options or {},
@@ -163,7 +166,7 @@ def writing(
             switch=switch,
         )
         job = Job(
-            prepared.store,
+            prepared.writer,
             prepared.encoder,
             prepared.chunker,
             limits=limits_of(settings),
@@ -173,7 +176,7 @@ def writing(
             progress=progress or NullProgress(),
         )
         yield job
-        if job.store.is_building:
+        if database.versions(collection).building == job.store.version:
             finish_switch(job)
 
 
@@ -182,14 +185,19 @@ def finish_switch(job: Job) -> bool:
     indexed failed in it (swapping would lose that file from search; the run reports it and a
     rerun retries it). Whether it swapped."""
     built, name = job.store, job.store.name
-    serving = Store(None, name, uri=built.uri)
+    database = built.database
+    serving = Store(database, name, database.versions(name).active)
     kept = {p for p, r in serving.file_records().items() if r.status == "indexed"}
     lost = sorted(p for p, r in built.file_records().items() if r.status == "failed" and p in kept)
     if lost:
         why = "indexed by the serving version but failed in the new one: the switch waits for it"
         job.report.warnings.extend((path, why) for path in lost)
         return False
-    retired = built.swap()
+    try:
+        before, _ = database.move(name, Swap(built.version))
+    except Refused:
+        raise UsageError(f"version {built.version} of {name!r} is not being built") from None
+    retired = before.pointer.active
     log.info("collection %r: version %d replaced version %d", name, built.version, retired)
     return True
 

@@ -43,7 +43,7 @@ from docsearch.errors import DataFormatError, ExtractionError, UsageError
 from docsearch.indexer.chunk import Chunker
 from docsearch.indexer.extract import build_document, extract
 from docsearch.indexer.plan import walk
-from docsearch.indexer.store import Store
+from docsearch.store.reads import Store
 from docsearch.training import pseudo
 
 MARGIN = 0.95  # mined negatives must score below MARGIN x the positive

@@ -89,7 +89,7 @@ def indexed_store(job: FinetuneJob, encoder: Encoder) -> Any:
         return None
     from docsearch.config import Settings
     from docsearch.encoders.base import same_identity
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     store = Store.open(job.db or Settings().db, job.collection)
     if store.meta.encoder is None or not same_identity(store.meta.encoder, encoder.spec()):

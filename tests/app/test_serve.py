@@ -221,9 +221,9 @@ def test_an_index_job_for_a_folder_under_the_root_makes_a_new_collection(site: S
 
 
 def test_an_index_job_is_refused_while_the_writer_lock_is_held(site: Site) -> None:
-    from docsearch.indexer.store import writer_lock
+    from docsearch.store.database import Database
 
-    with writer_lock(site.corpus.db, "jobs"):
+    with Database(site.corpus.db).writer_lock("jobs"):
         reply = site.as_("indexer").post(f"{V1}/collections/jobs/index-jobs")
         assert "being indexed" in expect_error(reply, 409)
 

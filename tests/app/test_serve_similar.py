@@ -90,7 +90,7 @@ def _upload(
 
 
 def _doc_id(site: Site, name: str) -> str:
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     path = str(site.root / name)
     rows = list(Store.open(site.db, "pumps").documents(["doc_id", "path"]))

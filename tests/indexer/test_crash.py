@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from docsearch.indexer.store import Store
+from docsearch.store.reads import Store
 from tests.helpers import REPO, documents, index_into, make_pdf, run_cli
 
 
@@ -126,9 +126,11 @@ def test_crash_between_chunk_and_file_commits(
     would only fail the files being written)."""
     from lancedb.table import LanceTable
 
+    from docsearch.store.writes import Writer
+
     root, expected = clean
     db = str(tmp_path / "db")
-    real_merge, real_fragments = LanceTable.merge_insert, Store._commit_fragments
+    real_merge, real_fragments = LanceTable.merge_insert, Writer._commit_fragments
     calls = 0
 
     def power_cut(name: str) -> None:
@@ -142,12 +144,12 @@ def test_crash_between_chunk_and_file_commits(
         power_cut(target.name)
         return real_merge(target, *args, **kwargs)
 
-    def fragments(store: Store, kind: str, *args: Any, **kwargs: Any) -> Any:
+    def fragments(writer: Writer, kind: str, *args: Any, **kwargs: Any) -> Any:
         power_cut(f"__{kind}")
-        return real_fragments(store, kind, *args, **kwargs)
+        return real_fragments(writer, kind, *args, **kwargs)
 
     monkeypatch.setattr(LanceTable, "merge_insert", merge)
-    monkeypatch.setattr(Store, "_commit_fragments", fragments)
+    monkeypatch.setattr(Writer, "_commit_fragments", fragments)
     with pytest.raises(PowerCut, match="power cut"):
         index_into(db, root, options={"max_tokens": 12}, commit_chunks=4)
     monkeypatch.undo()
@@ -225,14 +227,12 @@ def test_a_crash_state_from_before_pending_paths_is_reported_and_repaired(tmp_pa
     before commits marked their paths): `doctor` says the next run redoes it, and it does."""
     import json
 
-    import lance
-
-    from docsearch.indexer.pending import PENDING_PATHS_KEY
+    from docsearch.store.pending import PENDING_PATHS_KEY
 
     root, db, args = _killed_before_file_records(tmp_path)
     store = Store.open(db, "c")
     for kind in ("chunks", "docs"):  # as an earlier docsearch would have left it
-        lance.dataset(store._uri(kind)).update_config({PENDING_PATHS_KEY: None})
+        store._read(kind).update_config({PENDING_PATHS_KEY: None})
     health = json.loads(_cli("doctor", "--json", "--db", db).stdout)["collections"]["c"]
     assert health["state"] == "repair pending"
     assert (health["pending_files"], health["unrecorded_files"]) == ([], [str(root / "a.md")])

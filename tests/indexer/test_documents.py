@@ -14,7 +14,9 @@ from docsearch.indexer.collection import word_count, word_spans
 from docsearch.indexer.extract import build_document
 from docsearch.indexer.filters import ChunkFilter
 from docsearch.indexer.pipeline import chunk_rows
-from docsearch.indexer.store import Store, document_rows
+from docsearch.store.documents import document_rows
+from docsearch.store.reads import Store
+from docsearch.store.writes import Writer
 from tests.helpers import documents, index_into
 
 FILLER = "The parties met on Tuesday and read the minutes of the previous session aloud."
@@ -52,7 +54,9 @@ def test_whole_document_bm25_finds_a_document_whose_terms_are_spread_over_chunks
     best = found[0]
     assert best.score == best.raw_score > found[1].score
     assert (best.n_chunks, best.page_start, best.page_end) == (len(spread), 1, 1)
-    assert store.docs.index_stats("text_idx").num_unindexed_rows == 0  # the run's end indexed all
+    assert (
+        Writer(store).docs.index_stats("text_idx").num_unindexed_rows == 0
+    )  # the run's end indexed all
 
 
 def test_documents_match_words_as_written_where_chunks_are_stemmed(
@@ -133,8 +137,9 @@ def test_vector_search_deeper_than_the_ann_beam_answers_on_an_indexed_table(
 ) -> None:
     """Document search asks the vector legs for 500 rows; past VECTOR_INDEX_MIN_ROWS the tables
     have an HNSW index, which refuses k above its beam (ef) unless the query widens it."""
-    from docsearch.indexer.store import ANN_SEARCH, IndexBuild
     from docsearch.retriever import CHUNK_POOL, DOC_POOL
+    from docsearch.store.indexes import IndexBuild
+    from docsearch.store.reads import ANN_SEARCH
 
     root = tmp_path / "docs"
     root.mkdir()
@@ -143,8 +148,9 @@ def test_vector_search_deeper_than_the_ann_beam_answers_on_an_indexed_table(
     db = str(tmp_path / "db")
     index_into(db, root, options={"max_tokens": 12})
     store = Store.open(db, "c")
-    store.refresh_indexes(IndexBuild(vector_min_rows=1))
-    assert {"vector_idx"} <= {i.name for i in store.chunks.list_indices()}
+    writer = Writer(store)
+    writer.refresh_indexes(IndexBuild(vector_min_rows=1))
+    assert {"vector_idx"} <= {i.name for i in writer.chunks.list_indices()}
     assert min(CHUNK_POOL, DOC_POOL) > ANN_SEARCH["ef"]  # the case that failed
     query = np.asarray(next(iter(documents(db).values()))["vector"], dtype=np.float32)
     chunks = store.search_vector(query, CHUNK_POOL, None)
@@ -156,13 +162,14 @@ def test_a_rebuilt_docs_table_is_indexed_and_searched_through_the_same_store(
     tmp_path: Path,
 ) -> None:
     """A Store that already read its docs table keeps working after the table is rebuilt."""
-    from docsearch.indexer.store import _drop_tables
+    from docsearch.store.database import Database
 
     db, file = _one_lexical_file(tmp_path)
     store = Store.open(db, "c")
-    assert store.docs.count_rows() == 1  # the old table's handle is now held
-    _drop_tables(store.db, store.uri, "c", ["docs"])
-    store.ensure_documents()
+    writer = Writer(store)
+    assert writer.docs.count_rows() == 1  # the old table's handle is now held
+    Database(db).drop_tables("c", ["docs"])
+    writer.ensure_documents()
     fresh = Store.open(db, "c")
     assert fresh.has_documents
     assert [d.path for d in store.search_documents_text("indemnification", 5, None)] == [str(file)]

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from docsearch.indexer.exact import ExactVectors
 from docsearch.indexer.filters import ChunkFilter
-from docsearch.indexer.store import Store
+from docsearch.store.exact import ExactVectors
+from docsearch.store.reads import HeldVectors, Store
 from tests.fakes import HashingEncoder
 from tests.helpers import index_into
 
@@ -47,7 +47,7 @@ def test_chunks_in_memory_match_lances_exact_search(store: tuple[Store, Path, st
     chunks, _, _ = store
     ours = chunks.search_vector(_query(), 15, None)
     lance = chunks.search_vector(_query(), 15, EVERY_CHUNK)
-    assert chunks._exact["chunks"][1] is not None  # the unfiltered search was answered in memory
+    assert chunks._exact["chunks"].seen[1] is not None  # type: ignore[index]  # the unfiltered search was answered in memory
     assert len(ours) == len(lance) == 15
     # float32 dot products of unit vectors: a few ulps apart from Lance's own arithmetic
     assert [o.score for o in ours] == pytest.approx([x.score for x in lance], abs=1e-5)
@@ -62,10 +62,10 @@ def test_chunks_in_memory_match_lances_exact_search(store: tuple[Store, Path, st
 def test_documents_in_memory_match_lances_exact_search(store: tuple[Store, Path, str]) -> None:
     chunks, _, _ = store
     ours = chunks.search_documents_vector(_query(), 100, None)  # every document
-    assert chunks._exact["docs"][1] is not None
-    chunks._exact.clear()
+    assert chunks._exact["docs"].seen[1] is not None  # type: ignore[index]
+    chunks._exact["docs"] = HeldVectors()
     lance = chunks.search_documents_vector(_query(), 100, ChunkFilter(path="*"))  # in Lance
-    assert "docs" not in chunks._exact
+    assert chunks._exact["docs"].seen is None
     assert len(ours) == 12 and {d.doc_id for d in ours} == {d.doc_id for d in lance}
     # in rank order (near-equal neighbours may swap between float kernels; their scores do not)
     assert [d.score for d in ours] == pytest.approx([d.score for d in lance], abs=1e-5)

@@ -11,8 +11,10 @@ from docsearch.config import Settings
 from docsearch.indexer.collection import Prepared, prepare
 from docsearch.indexer.extract import build_document
 from docsearch.indexer.pipeline import NEW, FileOutcome, Indexer, Job
-from docsearch.indexer.store import FileRecord
 from docsearch.retriever import Retriever
+from docsearch.store.database import Database
+from docsearch.store.indexes import index_health
+from docsearch.store.schema import FileRecord
 
 TEXTS = {
     "a.md": "The walrus clause covers delivery of frozen goods to the harbour.",
@@ -23,7 +25,9 @@ TEXTS = {
 
 def prepared(db: str) -> Prepared:
     settings = Settings(db=db)
-    return prepare(db, "c", encoder_name="hashing", options={"max_tokens": 12}, settings=settings)
+    return prepare(
+        Database(db), "c", encoder_name="hashing", options={"max_tokens": 12}, settings=settings
+    )
 
 
 def add(indexer: Indexer, name: str) -> None:
@@ -40,14 +44,14 @@ def found(retriever: Retriever, query: str, mode: str) -> list[str]:
 def build(db: str, during: list[tuple[str, str]] | None = None) -> Retriever:
     """Index TEXTS one commit per file; search `during` (query, mode) after each commit."""
     p = prepared(db)
-    indexer = Indexer(Job(p.store, p.encoder, p.chunker, group_chunks=1))  # every add commits
+    indexer = Indexer(Job(p.writer, p.encoder, p.chunker, group_chunks=1))  # every add commits
     retriever = Retriever("c", db=db, encoder=p.encoder)
     for name in TEXTS:
         add(indexer, name)
         for query, mode in during or []:
             assert name in found(retriever, query, mode)
     indexer.flush()
-    p.store.refresh_indexes()
+    p.writer.refresh_indexes()
     return retriever
 
 
@@ -56,12 +60,12 @@ def test_search_finds_each_group_as_soon_as_it_is_committed(tmp_path: Path, mode
     """The first commit builds the full-text index; later commits are searched unindexed."""
     db = str(tmp_path / "db")
     p = prepared(db)
-    indexer = Indexer(Job(p.store, p.encoder, p.chunker, group_chunks=1))
+    indexer = Indexer(Job(p.writer, p.encoder, p.chunker, group_chunks=1))
     retriever = Retriever("c", db=db, encoder=p.encoder)
     add(indexer, "a.md")
     assert found(retriever, "walrus", mode) == ["a.md"]
     add(indexer, "b.md")  # committed after the index was built
-    assert p.store.index_health()["fts_unindexed_rows"] > 0
+    assert index_health(p.store)["fts_unindexed_rows"] > 0
     assert found(retriever, "narwhal tusk", mode)[0] == "b.md"
     add(indexer, "c.md")
     assert sorted(found(retriever, "walrus", "lexical")) == ["a.md", "c.md"]
@@ -69,14 +73,14 @@ def test_search_finds_each_group_as_soon_as_it_is_committed(tmp_path: Path, mode
 
 def test_end_of_a_first_build_indexes_everything_as_a_clean_build(tmp_path: Path) -> None:
     during = build(str(tmp_path / "during"), [("walrus narwhal", "lexical")])
-    health = during.store.index_health()
+    health = index_health(during.store)
     assert health["fts_index"] and health["fts_unindexed_rows"] == 0
     p = prepared(str(tmp_path / "once"))
-    indexer = Indexer(Job(p.store, p.encoder, p.chunker))  # one commit, indexed at the end only
+    indexer = Indexer(Job(p.writer, p.encoder, p.chunker))  # one commit, indexed at the end only
     for name in TEXTS:
         add(indexer, name)
     indexer.flush()
-    p.store.refresh_indexes()
+    p.writer.refresh_indexes()
     once = Retriever("c", db=str(tmp_path / "once"), encoder=p.encoder)
     for query in ("walrus", "narwhal warranty", "late deliveries capped"):
         got, want = during.search(query, mode="lexical"), once.search(query, mode="lexical")
@@ -117,7 +121,7 @@ def test_a_search_that_read_before_the_index_landed_is_run_again(
     is run again on the version that has both, instead of failing (HTTP 500 in `serve`)."""
     db = str(tmp_path / "db")
     p = prepared(db)
-    indexer = Indexer(Job(p.store, p.encoder, p.chunker, group_chunks=1))
+    indexer = Indexer(Job(p.writer, p.encoder, p.chunker, group_chunks=1))
     scan, failed = p.store._scan, []
 
     def read_then_commit(where: object, **how: object) -> object:

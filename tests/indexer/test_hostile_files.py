@@ -21,7 +21,7 @@ import pytest
 from docsearch.errors import ExtractionError
 from docsearch.indexer.extract import Limits, extract
 from docsearch.indexer.pipeline import IndexReport
-from docsearch.indexer.store import Store
+from docsearch.store.reads import Store
 from tests.helpers import index_into, make_docx, make_pdf, run_cli, running_as_root
 
 

@@ -11,8 +11,9 @@ import pytest
 
 from docsearch.indexer.extract import Limits, extract
 from docsearch.indexer.readers.mail import MAX_DEPTH
-from docsearch.indexer.store import Store
 from docsearch.retriever import Retriever
+from docsearch.store.reads import Store
+from docsearch.store.writes import Writer
 from tests.helpers import index_into, make_docx, make_pdf
 
 PDF = "application/pdf"
@@ -64,7 +65,7 @@ def test_an_eml_with_a_pdf_and_a_docx_attached_gives_three_documents(tmp_path: P
     assert not report.failed and report.new == 1
     skipped = [w for _, w in report.warnings]
     assert any("'photos.zip' skipped: unsupported file type '.zip'" in w for w in skipped)
-    docs = Store.open(db, "c").docs.to_arrow().to_pylist()
+    docs = Writer(Store.open(db, "c")).docs.to_arrow().to_pylist()
     assert sorted(d["title"] for d in docs) == ["Lease documents", "Schedule", "untitled"]
     assert {d["path"] for d in docs} == {str(root / "mail.eml")}
 
@@ -103,7 +104,7 @@ def test_editing_the_eml_reindexes_all_its_documents_and_deleting_removes_them(
     report = index_into(db, root)
     assert report.changed == 1
     store = Store.open(db, "c")
-    assert store.docs.count_rows() == 3
+    assert Writer(store).docs.count_rows() == 3
     assert not _search(db, "walrus")
     assert _search(db, "lighthouse")[0].part == "schedule.docx"
     assert _search(db, "escrow")[0].part == "lease.pdf"
@@ -111,7 +112,7 @@ def test_editing_the_eml_reindexes_all_its_documents_and_deleting_removes_them(
     mail.unlink()
     assert index_into(db, root).deleted == 1
     store = Store.open(db, "c")
-    assert store.docs.count_rows() == 0 and store.count_chunks() == 0
+    assert Writer(store).docs.count_rows() == 0 and store.count_chunks() == 0
 
 
 def test_nested_messages_are_read_with_their_attachments_down_to_a_depth(tmp_path: Path) -> None:
@@ -240,7 +241,7 @@ def test_a_message_streamed_in_groups_keeps_one_document_row_per_document(tmp_pa
     index_into(db, root, options={"max_tokens": 8}, commit_chunks=2)
     store = Store.open(db, "c")
     assert store.count_chunks() > 6
-    rows = store.docs.to_arrow().to_pylist()
+    rows = Writer(store).docs.to_arrow().to_pylist()
     assert sorted(r["title"] for r in rows) == ["Lease documents", "Schedule", "untitled"]
     by_doc = {r["doc_id"]: r["n_chunks"] for r in rows}
     for doc_id, count in by_doc.items():

@@ -14,8 +14,9 @@ from docsearch.errors import ExtractionError
 from docsearch.indexer.extract import Limits, extract
 from docsearch.indexer.ocr import ENGINES, OcrOptions, engine_name
 from docsearch.indexer.pipeline import IndexReport
-from docsearch.indexer.store import Store
 from docsearch.retriever import Retriever
+from docsearch.store.reads import Store
+from docsearch.store.writes import Writer
 from tests.helpers import index_into, make_pdf, make_scanned_pdf, run_cli, scan_image
 
 if engine_name(OcrOptions()) is None:  # CI installs both engines (.ci/run)
@@ -147,7 +148,7 @@ def test_a_collection_from_before_ocr_is_searched_and_written_to(tmp_path: Path)
     root.mkdir()
     (root / "a.txt").write_text("Walnut orchard lease.")
     lexical(db, root)
-    old = Store.open(db, "c")  # as an older docsearch wrote it: no OCR columns
+    old = Writer(Store.open(db, "c"))  # as an older docsearch wrote it: no OCR columns
     old.chunks.drop_columns(["ocr"])
     old.files_table.drop_columns(["ocr_pages"])
     assert not Retriever("c", db=db).search("walnut", mode="lexical")[0].ocr

@@ -109,7 +109,7 @@ def test_the_api_shows_escaped_names_and_serves_the_files_they_name(
 def test_renames_and_deletes_of_odd_names_are_picked_up_by_the_next_run(
     odd_folder: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     folder, shown = odd_folder
     db = str(tmp_path / "db")
@@ -130,8 +130,8 @@ def test_watch_follows_renames_and_deletes_of_odd_names(
     odd_folder: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
     from docsearch.config import Settings
-    from docsearch.indexer.store import Store
     from docsearch.indexer.watch import watch
+    from docsearch.store.reads import Store
 
     folder, _ = odd_folder
     db = str(tmp_path / "db")

@@ -14,7 +14,8 @@ from docsearch.indexer.pages import (
     page_starts,
     page_text,
 )
-from docsearch.indexer.store import Store
+from docsearch.store.reads import Store
+from docsearch.store.writes import Writer
 from tests.helpers import index_into
 
 
@@ -55,7 +56,9 @@ def test_a_document_indexed_before_page_starts_were_kept_says_how_to_rebuild(
     root.mkdir()
     (root / "a.md").write_text("# A\n\nWalnut orchard lease.\n")
     index_into(db, root)
-    Store.open(db, "c").files_table.update(values={"page_starts": ""})  # as an older version
+    Writer(Store.open(db, "c")).files_table.update(
+        values={"page_starts": ""}
+    )  # as an older version
     store = Store.open(db, "c")
     row = store.rows("ordinal = 0", ["doc_id", "path"])[0]
     with pytest.raises(PageNotFound, match="--switch"):

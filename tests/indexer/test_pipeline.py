@@ -11,7 +11,7 @@ import pytest
 
 from docsearch.errors import EncoderMismatchError
 from docsearch.indexer.pipeline import IndexReport, token_batches
-from docsearch.indexer.store import Store
+from docsearch.store.reads import Store
 from tests.fakes import CALLS
 from tests.helpers import bad_folder, documents, index_into, make_pdf
 

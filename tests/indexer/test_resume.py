@@ -15,7 +15,9 @@ from docsearch.indexer import pipeline
 from docsearch.indexer.collection import Prepared, prepare
 from docsearch.indexer.extract import build_document
 from docsearch.indexer.pipeline import NEW, FileOutcome, Indexer, Job
-from docsearch.indexer.store import FileRecord, Store
+from docsearch.store.database import Database
+from docsearch.store.reads import Store
+from docsearch.store.schema import FileRecord
 from tests.helpers import index_into
 from tests.indexer.cli_hooks import run_hooked
 from tests.indexer.test_crash import snapshot
@@ -28,7 +30,9 @@ KILLS = 2
 
 def prepared(db: str) -> Prepared:
     settings = Settings(db=db)
-    return prepare(db, "c", encoder_name="hashing", options={"max_tokens": 12}, settings=settings)
+    return prepare(
+        Database(db), "c", encoder_name="hashing", options={"max_tokens": 12}, settings=settings
+    )
 
 
 def large_file(root: Path, paragraphs: int = 120) -> Path:
@@ -102,13 +106,13 @@ def test_groups_commit_on_a_clock_when_files_come_slowly(tmp_path: Path) -> None
         doc = build_document(path, f"f{i}", [f"File {i} mentions clause {i}."])
         indexer.write(FileOutcome(FileRecord(path, f"sha{i}", 10, 1.0, "indexed"), NEW, doc))
 
-    by_size_only = Indexer(Job(p.store, p.encoder, p.chunker))  # no clock: by size only
+    by_size_only = Indexer(Job(p.writer, p.encoder, p.chunker))  # no clock: by size only
     add(by_size_only, 0)
     time.sleep(0.3)
     add(by_size_only, 1)
     assert p.store.count_chunks() == 0  # nothing committed before flush
     by_size_only.flush()
-    timed = Indexer(Job(p.store, p.encoder, p.chunker), commit_seconds=0.2)
+    timed = Indexer(Job(p.writer, p.encoder, p.chunker), commit_seconds=0.2)
     add(timed, 2)
     assert p.store.count_chunks() == 2  # within the time bound: still queued
     time.sleep(0.3)
@@ -124,18 +128,18 @@ def test_vectors_checkpointed_before_a_failed_commit_are_reused_then_cleared(
     doc = build_document("/docs/big.md", "big", [" ".join(f"word{i}" for i in range(200))])
 
     def indexer() -> Indexer:
-        return Indexer(Job(p.store, p.encoder, p.chunker, token_budget=24), checkpoint_seconds=0)
+        return Indexer(Job(p.writer, p.encoder, p.chunker, token_budget=24), checkpoint_seconds=0)
 
     def power_cut(*args: object, **kwargs: object) -> None:
         raise RuntimeError("power cut before the commit")
 
     first = indexer()
-    monkeypatch.setattr(p.store, "commit", power_cut)
+    monkeypatch.setattr(p.writer, "commit", power_cut)
     first.write(FileOutcome(FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"), NEW, doc))
     with pytest.raises(RuntimeError, match="power cut"):
         first.flush()
     monkeypatch.undo()
-    assert first.report.chunks_embedded > 0 and p.store.has_pending_vectors()
+    assert first.report.chunks_embedded > 0 and p.writer.pending.exists()
     second = indexer()
     second.write(FileOutcome(FileRecord("/docs/big.md", "s", 1, 1.0, "indexed"), NEW, doc))
     second.flush()

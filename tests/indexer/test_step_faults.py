@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from docsearch.indexer import pipeline, store
-from docsearch.indexer.store import Store
+from docsearch.indexer import pipeline
+from docsearch.store import writes
+from docsearch.store.reads import Store
 from tests.fakes import HashingEncoder
 from tests.helpers import index_into
 
@@ -63,14 +64,14 @@ def _embed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _write(monkeypatch: pytest.MonkeyPatch) -> None:
     """The docs commit fails for the faulty file's rows: its chunks are already committed."""
-    real = store._replace
+    real = writes._replace
 
     def faulty(table: Any, key: str, rows: list[dict[str, Any]], paths: Any) -> None:
         if table.name.endswith("__docs") and any(FAULT_WORD in r["path"] for r in rows):
             raise InjectedFault("write fault")
         real(table, key, rows, paths)
 
-    monkeypatch.setattr(store, "_replace", faulty)
+    monkeypatch.setattr(writes, "_replace", faulty)
 
 
 STEPS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
@@ -154,7 +155,7 @@ class RayStagesInline:
         ]
         worker = ray_engine.EmbedWorker(**ray_engine.EmbedWorker.arguments(job))
         ray_engine.commit_results(job, work, [worker.process(outcomes)])
-        job.store.refresh_indexes()
+        job.writer.refresh_indexes()
 
 
 @pytest.mark.parametrize("step", ["chunk", "embed"])

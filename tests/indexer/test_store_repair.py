@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 
 from docsearch.app.cli import app
 from docsearch.errors import CollectionNotFoundError
-from docsearch.indexer.store import Store, _drop_tables, files_schema, list_collections
+from docsearch.store.database import Database
+from docsearch.store.reads import Store
+from docsearch.store.schema import files_schema
 from tests.helpers import documents
 from tests.indexer.cli_hooks import run_hooked
 
@@ -83,7 +85,7 @@ def test_interrupted_chunks_creation_is_reported_repaired_and_harmless(
     repaired = run_cli(*INDEX, str(new), "--collection", "new", "--db", str(db))
     assert repaired.returncode == 0, repaired.stderr
     assert "3 new" in repaired.stderr
-    assert list_collections(str(db)) == ["good", "new"]
+    assert Database(str(db)).list_collections() == ["good", "new"]
     assert Store.open(str(db), "new").count_chunks() == Store.open(str(db), "good").count_chunks()
     hits = run_cli("search", "narwhal", "--mode", "lexical", "--collection", "new",
                    "--db", str(db))  # fmt: skip
@@ -107,11 +109,11 @@ def test_killed_right_after_the_files_table_is_created(healthy: tuple[Path, Path
     killed = run_hooked(*args, env={"DOCSEARCH_TEST_KILL_AFTER_CREATE": "new__files"})
     assert killed.returncode == -signal.SIGKILL
     assert (db / "new__files.lance").is_dir() and not (db / "new__chunks.lance").exists()
-    assert list_collections(str(db)) == ["good"]
+    assert Database(str(db)).list_collections() == ["good"]
     again = run_cli(*args)
     assert again.returncode == 0, again.stderr
     assert "3 new" in again.stderr
-    assert list_collections(str(db)) == ["good", "new"]
+    assert Database(str(db)).list_collections() == ["good", "new"]
 
 
 def test_killed_right_after_the_docs_table_is_created(healthy: tuple[Path, Path]) -> None:
@@ -120,7 +122,7 @@ def test_killed_right_after_the_docs_table_is_created(healthy: tuple[Path, Path]
     killed = run_hooked(*args, env={"DOCSEARCH_TEST_KILL_AFTER_CREATE": "new__docs"})
     assert killed.returncode == -signal.SIGKILL
     assert (db / "new__docs.lance").is_dir() and not (db / "new__chunks.lance").exists()
-    assert list_collections(str(db)) == ["good"]
+    assert Database(str(db)).list_collections() == ["good"]
     again = run_cli(*args)
     assert again.returncode == 0, again.stderr
     assert "3 new" in again.stderr
@@ -130,7 +132,7 @@ def test_killed_right_after_the_docs_table_is_created(healthy: tuple[Path, Path]
 def without_documents(db: Path, name: str = "good") -> dict[str, dict]:
     """Drop the docs table, as in a collection built before it existed; the rows it had."""
     built = documents(str(db), name)
-    _drop_tables(Store.open(str(db), name).db, str(db), name, ["docs"])
+    Database(str(db)).drop_tables(name, ["docs"])
     return built
 
 
@@ -145,7 +147,7 @@ def test_a_collection_without_documents_searches_then_its_next_run_backfills_the
     found = run_cli("search", "walrus", "--mode", "lexical", "--json", "--db", str(db))
     assert found.returncode == 0 and "walrus0.md" in found.stdout
 
-    with caplog.at_level(logging.INFO, logger="docsearch.indexer.store"):
+    with caplog.at_level(logging.INFO, logger="docsearch.store"):
         again = run_cli(*INDEX, str(tmp / "good"), "--collection", "good", "--db", str(db))
     assert again.returncode == 0, again.stderr
     assert "3 unchanged" in again.stderr  # nothing was read, chunked or embedded again
@@ -172,7 +174,7 @@ def test_an_interrupted_docs_creation_is_rebuilt(healthy: tuple[Path, Path]) -> 
     db, tmp = healthy
     built = without_documents(db)
     interrupted_create(db, "good__docs")
-    assert list_collections(str(db)) == ["good"]
+    assert Database(str(db)).list_collections() == ["good"]
     assert not Store.open(str(db), "good").has_documents
     assert (
         run_cli(*INDEX, str(tmp / "good"), "--collection", "good", "--db", str(db)).returncode == 0

@@ -16,7 +16,9 @@ from docsearch.indexer import chunk as chunk_module
 from docsearch.indexer import docx_stream
 from docsearch.indexer.extract import Limits, decode_stream, decode_text, extract
 from docsearch.indexer.prefetch import prefetched
-from docsearch.indexer.store import DocumentBuilder, Store, document_rows, whole_text
+from docsearch.store.documents import DocumentBuilder, document_rows, whole_text
+from docsearch.store.reads import Store
+from docsearch.store.writes import Writer
 from tests.helpers import documents, index_into, make_docx
 from tests.indexer.test_crash import snapshot
 from tests.scale.equality import assert_same_search
@@ -58,19 +60,19 @@ def test_a_file_larger_than_a_group_is_written_in_fragments_and_indexes_as_one_p
     assert not index_into(whole, big_folder, options=OPTIONS, commit_chunks=10**7).failed
     written: list[int] = []  # chunk rows per fragment write
     commits: list[tuple[list[str], int]] = []  # (paths, fragments) per commit with files
-    real_write, real_commit = Store.write_fragments, Store.commit
+    real_write, real_commit = Writer.write_fragments, Writer.commit
 
-    def write(store: Store, rows: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+    def write(writer: Writer, rows: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
         written.append(len(rows))
-        return real_write(store, rows, *args, **kwargs)
+        return real_write(writer, rows, *args, **kwargs)
 
-    def commit(store: Store, updates: Any, *args: Any, **kwargs: Any) -> Any:
+    def commit(writer: Writer, updates: Any, *args: Any, **kwargs: Any) -> Any:
         if updates:
             commits.append(([u.record.path for u in updates], len(kwargs.get("fragments", ()))))
-        return real_commit(store, updates, *args, **kwargs)
+        return real_commit(writer, updates, *args, **kwargs)
 
-    monkeypatch.setattr(Store, "write_fragments", write)
-    monkeypatch.setattr(Store, "commit", commit)
+    monkeypatch.setattr(Writer, "write_fragments", write)
+    monkeypatch.setattr(Writer, "commit", commit)
     report = index_into(streamed, big_folder, options=OPTIONS, commit_chunks=500)
     monkeypatch.undo()
     assert not report.failed and report.chunks_written > 5_000

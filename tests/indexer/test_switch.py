@@ -23,8 +23,10 @@ from docsearch.app.collections_cmd import collection_info
 from docsearch.config import Settings
 from docsearch.errors import EncoderMismatchError, UsageError
 from docsearch.indexer.service import writing
-from docsearch.indexer.store import Store, Versions, read_versions
 from docsearch.retriever import Hit, Retriever
+from docsearch.store.database import Database
+from docsearch.store.reads import Store
+from docsearch.store.versions import Versions
 from tests.helpers import index_into, run_cli
 from tests.indexer.cli_hooks import run_hooked
 from tests.indexer.test_crash import make_corpus, snapshot
@@ -89,7 +91,7 @@ def test_without_switch_another_encoder_is_refused_with_the_way_to_switch(
     root, db = built
     with pytest.raises(EncoderMismatchError, match="add --switch"):
         index_into(db, root, options=NEW)
-    assert read_versions(db, "c").building is None and tables(db) == {
+    assert Database(db).versions("c").building is None and tables(db) == {
         "c__chunks",
         "c__docs",
         "c__files",
@@ -102,7 +104,7 @@ def test_a_switch_ends_as_a_build_from_scratch_and_drops_the_old_tables(
     root, db = built
     report = index_into(db, root, options=NEW, commit_chunks=4, switch=True)
     assert report.new == 13 and report.chunks_embedded > 0 and not report.failed
-    assert read_versions(db, "c").active == 1
+    assert Database(db).versions("c").active == 1
     assert tables(db) == {"c.v1__chunks", "c.v1__docs", "c.v1__files", "c__versions"}
     assert snapshot(db) == snapshot(reference(tmp_path, root, NEW, "new"))
     info = collection_info(db, "c")
@@ -110,7 +112,7 @@ def test_a_switch_ends_as_a_build_from_scratch_and_drops_the_old_tables(
     # Later runs are incremental on the new version.
     (root / "doc00.md").write_text("# Contract 0\n\nA new clause.\n")
     again = index_into(db, root, options=NEW)
-    assert (again.changed, again.unchanged) == (1, 12) and read_versions(db, "c").active == 1
+    assert (again.changed, again.unchanged) == (1, 12) and Database(db).versions("c").active == 1
 
 
 def test_searches_during_a_switch_all_answer_old_until_the_swap_then_new(
@@ -128,7 +130,7 @@ def test_searches_during_a_switch_all_answer_old_until_the_swap_then_new(
     def search_all_along() -> None:
         while not stop.is_set():
             try:
-                building = read_versions(db, "c").building is not None  # before it searches
+                building = Database(db).versions("c").building is not None  # before it searches
                 both = collection_info(db, "c")["switch"] is not None
                 seen.append((building, both, answer(retriever.search(QUERY, k=5))))
             except Exception as exc:  # noqa: BLE001 - any failed search fails the test
@@ -150,7 +152,7 @@ def test_searches_during_a_switch_all_answer_old_until_the_swap_then_new(
         stop.set()
         searcher.join()
     assert not errors, repr(errors[0])
-    assert not report.failed and read_versions(db, "c").active == 1
+    assert not report.failed and Database(db).versions("c").active == 1
     answers = [got for _, _, got in seen]
     kinds = [
         "old" if same_answer(a, old) else "new" if same_answer(a, new) else "?" for a in answers
@@ -183,7 +185,7 @@ def test_a_search_the_swap_interrupts_is_answered_by_the_new_version(
 
     monkeypatch.setattr(old_store, "search_text", switch_then_read)
     assert same_answer(answer(retriever.search(QUERY, k=5)), new)
-    assert read_versions(db, "c").active == 1
+    assert Database(db).versions("c").active == 1
 
 
 def test_an_unfinished_switch_resumes_on_a_run_that_names_no_encoder(
@@ -191,12 +193,12 @@ def test_an_unfinished_switch_resumes_on_a_run_that_names_no_encoder(
 ) -> None:
     root, db = built
     interrupted_switch(db)
-    assert read_versions(db, "c").building == 1
+    assert Database(db).versions("c").building == 1
     assert collection_info(db, "c")["switch"]["encoder_spec"]["dim"] == 32
     assert answer(Retriever("c", db=db).search(QUERY, k=5))  # the old version still serves
     report = index_into(db, root, encoder=None)  # type: ignore[arg-type]
     assert report.new == 13
-    assert read_versions(db, "c") == Versions(active=1, building=None)
+    assert Database(db).versions("c") == Versions(active=1, building=None)
     assert Store.open(db, "c").meta.encoder["dim"] == 32  # type: ignore[index]
 
 
@@ -209,7 +211,7 @@ def test_an_unfinished_switch_decides_what_other_runs_may_do(built: tuple[Path, 
         index_into(db, root, options={"max_tokens": 12, "dim": 16})
     # --switch to a third encoder: the unfinished version goes, a new one is built and swapped.
     index_into(db, root, options={"max_tokens": 12, "dim": 16}, switch=True)
-    assert read_versions(db, "c").active == 2 and not any(".v1__" in t for t in tables(db))
+    assert Database(db).versions("c").active == 2 and not any(".v1__" in t for t in tables(db))
     assert Store.open(db, "c").meta.encoder["dim"] == 16  # type: ignore[index]
 
 
@@ -220,7 +222,7 @@ def test_switching_to_the_serving_encoder_cancels_an_unfinished_switch(
     interrupted_switch(db)
     report = index_into(db, root, options=OLD, switch=True)
     assert report.unchanged == 13
-    assert read_versions(db, "c").building is None and not any(".v1" in t for t in tables(db))
+    assert Database(db).versions("c").building is None and not any(".v1" in t for t in tables(db))
     assert Store.open(db, "c").meta.encoder["dim"] == 64  # type: ignore[index]
 
 
@@ -235,22 +237,22 @@ def test_a_file_the_new_version_fails_to_read_holds_the_swap_back(
     held = index_into(db, root, options=NEW, switch=True, max_file_mb=1)
     assert [p for p, _ in held.failed] == [str(root / "big.md")]
     assert any("switch waits" in why for _, why in held.warnings)
-    assert read_versions(db, "c") == Versions(active=0, building=1)
+    assert Database(db).versions("c") == Versions(active=0, building=1)
     done = index_into(db, root, encoder=None)  # type: ignore[arg-type]
-    assert done.new == 1 and not done.failed and read_versions(db, "c").active == 1
+    assert done.new == 1 and not done.failed and Database(db).versions("c").active == 1
 
 
 def test_dropping_a_switched_collection_drops_every_version(built: tuple[Path, str]) -> None:
-    from docsearch.indexer.store import drop_collection, list_collections
+    from docsearch.store.database import Database
 
     root, db = built
     index_into(db, root, options=NEW, switch=True)
     interrupted_switch(db, {"max_tokens": 12, "dim": 16})
     assert {"c.v1__chunks", "c.v2__chunks", "c__versions"} <= tables(db)
-    drop_collection(db, "c")
-    assert tables(db) == set() and list_collections(db) == []
+    Database(db).drop_collection("c")
+    assert tables(db) == set() and Database(db).list_collections() == []
     index_into(db, root, options=OLD)  # a new collection of that name starts at version 0
-    assert read_versions(db, "c") == Versions() and "c__chunks" in tables(db)
+    assert Database(db).versions("c") == Versions() and "c__chunks" in tables(db)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +277,7 @@ def test_a_switch_killed_half_way_leaves_the_old_version_serving_and_resumes(
         *SWITCH_ARGS, str(root), "--db", db, env={**ENV, "DOCSEARCH_FAKE_KILL_AFTER": "4"}
     )
     assert killed.returncode == -signal.SIGKILL
-    assert read_versions(db, "c").active == 0
+    assert Database(db).versions("c").active == 0
     shown = json.loads(run_cli("collections", "info", "c", "--db", db).stdout)
     assert shown["encoder_spec"]["dim"] == 64 and shown["files"] == 13
     built_before_kill = shown["switch"]["files"]
@@ -302,7 +304,7 @@ def test_a_kill_while_the_old_tables_are_dropped_leaves_the_new_version_serving(
     env = {**ENV, "DOCSEARCH_TEST_KILL_AFTER_DROP": "c__chunks"}  # the old version's first table
     killed = run_hooked(*SWITCH_ARGS, str(root), "--db", db, env=env)
     assert killed.returncode == -signal.SIGKILL
-    assert read_versions(db, "c").active == 1 and "c__files" in tables(db)
+    assert Database(db).versions("c").active == 1 and "c__files" in tables(db)
     new = answer(Retriever("c", db=reference(tmp_path, root, NEW, "new")).search(QUERY, k=5))
     assert same_answer(answer(Retriever("c", db=db).search(QUERY, k=5)), new)
     again = run_cli("index", "--collection", "c", str(root), "--db", db, env=ENV)

@@ -53,7 +53,7 @@ def indexed(db: str) -> dict[str, str] | None:
     """File name -> recorded sha256, if every chunk is there exactly once; else None."""
     from docsearch.errors import DocsearchError
     from docsearch.indexer.filters import ChunkFilter
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     try:
         store = Store.open(db, NAME)
@@ -144,7 +144,7 @@ def test_a_watcher_killed_mid_run_converges_when_started_again(tmp_path: Path) -
 
 
 def _kill_once_partly_written(process: subprocess.Popen[bytes], db: str, log: Path) -> None:
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
 
     deadline = time.monotonic() + CONVERGE_SECONDS
     while time.monotonic() < deadline:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from docsearch.errors import UsageError
-from docsearch.indexer.store import writer_lock
+from docsearch.store.database import Database
 from tests.helpers import REPO, run_cli
 
 
@@ -49,18 +49,18 @@ def test_second_writer_is_refused_under_any_spelling(
     db.mkdir()
     names = spellings(db, monkeypatch)
     refused = pytest.raises(UsageError, match="being indexed by another process")
-    with writer_lock(names[first], "c"), refused, writer_lock(names[second], "c"):
+    with Database(names[first]).writer_lock("c"), refused, Database(names[second]).writer_lock("c"):
         pass
-    with writer_lock(names[second], "c"):  # released: the next writer gets it
+    with Database(names[second]).writer_lock("c"):  # released: the next writer gets it
         pass
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db", "link-to-db"]  # no 'file:' dir
 
 
 def test_other_collections_and_databases_do_not_conflict(tmp_path: Path) -> None:
     with (
-        writer_lock(str(tmp_path / "db"), "a"),
-        writer_lock(f"file://{tmp_path / 'db'}", "b"),
-        writer_lock(str(tmp_path / "x"), "a"),
+        Database(str(tmp_path / "db")).writer_lock("a"),
+        Database(f"file://{tmp_path / 'db'}").writer_lock("b"),
+        Database(str(tmp_path / "x")).writer_lock("a"),
     ):
         pass
 
@@ -69,7 +69,7 @@ def test_object_store_writes_warn_that_they_are_not_locked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    with caplog.at_level(logging.WARNING), writer_lock("s3://bucket/db", "c"):
+    with caplog.at_level(logging.WARNING), Database("s3://bucket/db").writer_lock("c"):
         pass
     assert "cannot lock it" in caplog.text and "one indexing process" in caplog.text
     assert list(tmp_path.iterdir()) == []  # nothing made on the local disk
@@ -80,8 +80,8 @@ def test_index_through_a_file_uri_is_refused_while_another_process_writes(tmp_pa
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\nSome words to index.\n")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from docsearch.indexer.store import writer_lock\n"
-         "with writer_lock(sys.argv[1], 'c'):\n    print('held', flush=True); sys.stdin.read()",
+        [sys.executable, "-c", "import sys; from docsearch.store.database import Database\n"
+         "with Database(sys.argv[1]).writer_lock('c'):\n    print('held', flush=True); sys.stdin.read()",
          str(db)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},

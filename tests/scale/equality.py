@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from docsearch.indexer.store import Store
 from docsearch.retriever import Retriever
+from docsearch.store.reads import Store
 from tests.helpers import documents, make_pdf
 
 QUERIES = [

@@ -18,7 +18,9 @@ import pytest
 from docsearch.errors import UsageError
 from docsearch.indexer.pipeline import IndexReport, Job
 from docsearch.indexer.plan import Plan
-from docsearch.indexer.store import Store
+from docsearch.store.indexes import index_health
+from docsearch.store.reads import Store
+from docsearch.store.writes import Writer
 from tests.helpers import SAMPLES, documents, index_into
 from tests.scale.equality import (
     assert_same_chunks,
@@ -64,7 +66,7 @@ class InlineRay:
         batches = [outcomes[start : start + n] for start in range(0, len(outcomes), n)]
         ray_engine.commit_results(job, work, [worker.process(batch) for batch in batches])
         if self.refresh:
-            job.store.refresh_indexes()
+            job.writer.refresh_indexes()
 
 
 def run_local(root: Path, db: str, encoder: dict[str, Any] = HASHING) -> IndexReport:
@@ -131,7 +133,7 @@ PENDING_VERSIONS = 2  # a commit's pending paths: set, then cleared
 def test_a_run_commits_the_chunks_once(corpus: Path, tmp_path: Path) -> None:
     db = str(tmp_path / "db")
     run_inline(corpus, db)
-    store = Store.open(db, "c")
+    store = Writer(Store.open(db, "c"))
     before, docs_before = store.chunks.version, store.docs.version
     nda = corpus / "contracts" / "mutual-nda-initech.md"
     nda.write_text("# Short\n\nOnly this line is left.\n")
@@ -139,15 +141,15 @@ def test_a_run_commits_the_chunks_once(corpus: Path, tmp_path: Path) -> None:
     (corpus / "new.md").write_text("# New\n\nA new file.\n")
     report = run_inline(corpus, db, files_per_batch=1, refresh=False)
     assert (report.new, report.changed, report.deleted) == (1, 1, 1)
-    store = Store.open(db, "c")
+    store = Writer(Store.open(db, "c"))
     # New rows in and old rows out: one version of data; the two others only set the paths it
-    # replaces as pending before it and clear them after (config, no rows: indexer/pending.py).
+    # replaces as pending before it and clear them after (config, no rows: store/pending.py).
     assert store.chunks.version == before + 1 + PENDING_VERSIONS
     assert store.docs.version == docs_before + 1 + PENDING_VERSIONS  # and for their documents
-    assert [r["text"] for r in store.rows(f"path = '{nda}'")] == [
+    assert [r["text"] for r in store.store.rows(f"path = '{nda}'")] == [
         "# Short\n\nOnly this line is left."
     ]
-    assert store.count_chunks("path LIKE '%hypertension%'") == 0
+    assert store.store.count_chunks("path LIKE '%hypertension%'") == 0
     docs = documents(db)
     assert docs[str(nda)]["text"] == "# Short\n\nOnly this line is left."
     assert not any("hypertension" in path for path in docs)
@@ -157,13 +159,13 @@ def test_a_switch_builds_through_the_store_the_new_version_a_local_build_makes(
     corpus: Path, tmp_path: Path
 ) -> None:
     """The actors write the version a switch builds (not the serving one); the swap follows."""
-    from docsearch.indexer.store import read_versions
+    from docsearch.store.database import Database
 
     switched, local = str(tmp_path / "switched"), str(tmp_path / "local")
     run_inline(corpus, switched)
     other = {"encoder": "hashing", "options": {"max_tokens": 64, "dim": 32}}
     report = index_into(switched, corpus, engine=InlineRay(), switch=True, **other)
-    assert report.new == 5 and read_versions(switched, "c").active == 1
+    assert report.new == 5 and Database(switched).versions("c").active == 1
     run_local(corpus, local, other)
     assert assert_same_chunks(local, switched) == report.chunks_written
     assert assert_same_documents(local, switched) == 5
@@ -224,9 +226,9 @@ def test_ray_cluster_builds_the_local_engines_collection(
     assert assert_same_chunks(local, distributed) == first[1].chunks_written
     assert assert_same_documents(local, distributed) == 5
     assert files(local) == files(distributed)
-    names = {cfg.name for cfg in Store.open(distributed, "c").chunks.list_indices()}
+    names = {cfg.name for cfg in Writer(Store.open(distributed, "c")).chunks.list_indices()}
     assert {"text_idx", "path_idx", "text_sha_idx", "vector_idx"} <= names
-    docs = {cfg.name for cfg in Store.open(distributed, "c").docs.list_indices()}
+    docs = {cfg.name for cfg in Writer(Store.open(distributed, "c")).docs.list_indices()}
     assert docs == {"text_idx", "vector_idx"}
     assert_same_search(local, distributed)
 
@@ -238,7 +240,7 @@ def test_ray_cluster_builds_the_local_engines_collection(
     assert assert_same_documents(local, distributed) == 5
     assert files(local) == files(distributed)
     assert_same_search(local, distributed)
-    health = Store.open(distributed, "c").index_health()
+    health = index_health(Store.open(distributed, "c"))
     assert health["fts_unindexed_rows"] == 0
 
 

@@ -285,7 +285,7 @@ def test_jsonl_fixture_reads(tmp_path: Path) -> None:
 
 
 def test_an_indexed_collection_lends_its_chunks_and_vectors(tmp_path: Path) -> None:
-    from docsearch.indexer.store import Store
+    from docsearch.store.reads import Store
     from tests.helpers import index_into
 
     folder = write_documents(tmp_path / "docs")

@@ -16,7 +16,7 @@ from docsearch.app.web.files import (
     resolve_folder,
     text_preview_html,
 )
-from docsearch.indexer.store import Store
+from docsearch.store.reads import Store
 from tests.ui.corpus import SECRET, Corpus
 
 

@@ -25,8 +25,8 @@ from docsearch.app.web.actions import (
 from docsearch.app.web.files import FileRefusedError
 from docsearch.config import Settings
 from docsearch.errors import UsageError
-from docsearch.indexer.store import FileRecord
 from docsearch.snippets import Snippet
+from docsearch.store.schema import FileRecord
 from tests.helpers import REPO
 from tests.ui.corpus import SECRET, Corpus
 

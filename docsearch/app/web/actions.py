@@ -38,10 +38,10 @@ from docsearch.app.web.files import (
 from docsearch.config import Settings
 from docsearch.errors import DocsearchError, UsageError
 from docsearch.indexer.pipeline import NullProgress
-from docsearch.indexer.store import FileRecord
 from docsearch.registry import CollectionRegistry
 from docsearch.results import SearchResult
 from docsearch.retriever import Hit, Retriever, SimilarHit
+from docsearch.store.schema import FileRecord
 
 if TYPE_CHECKING:
     from docsearch.indexer.extract import Document
@@ -295,12 +295,12 @@ class UIContext:
         self.registry = shared or CollectionRegistry(self.settings, db=self.db)
 
     def collections(self) -> list[str]:
-        from docsearch.indexer.store import list_collections
+        from docsearch.store.database import Database
 
-        return list_collections(self.db)
+        return Database(self.db).list_collections()
 
     def default_collection(self) -> str | None:
-        from docsearch.indexer.store import resolve_collection
+        from docsearch.store.database import resolve_collection
 
         names = self.collections()
         if self.collection in names or not names:
@@ -314,7 +314,7 @@ class UIContext:
         return self.registry.retriever(name)
 
     def guard(self, name: str) -> DocumentGuard:
-        from docsearch.indexer.store import validate_name
+        from docsearch.store.schema import validate_name
 
         validate_name(name)
         return DocumentGuard(self.retriever(name).store, [self.root] if self.root else [])
@@ -409,7 +409,8 @@ class UIContext:
         this one is refused with a message."""
         from docsearch.indexer.collection import LEXICAL_ONLY
         from docsearch.indexer.service import index
-        from docsearch.indexer.store import Store, collection_name_for, validate_name
+        from docsearch.store.reads import Store
+        from docsearch.store.schema import collection_name_for, validate_name
 
         if self.root is None:
             raise UsageError("indexing from the UI is off; start the UI with --root FOLDER")

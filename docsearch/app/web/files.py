@@ -26,8 +26,9 @@ from typing import Any
 from docsearch import paths
 from docsearch.errors import UsageError
 from docsearch.indexer.plan import DEFAULT_EXCLUDES, sha256_bytes
-from docsearch.indexer.store import FileRecord, Store
 from docsearch.snippets import identifiers, mark_spans, query_terms
+from docsearch.store.reads import Store
+from docsearch.store.schema import FileRecord
 
 MAX_DOCUMENT_BYTES = 512 * 1024 * 1024  # larger files are not previewed or served
 PREVIEW_WIDTH_PX = 900  # rendered PDF page width

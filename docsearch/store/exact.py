@@ -1,12 +1,12 @@
 """Exact cosine search over a table's vectors held in memory, for tables without a vector index.
 
-Below `store.VECTOR_INDEX_MIN_ROWS` rows a table has no ANN index, and Lance answers a nearest
+Below `tables.VECTOR_INDEX_MIN_ROWS` rows a table has no ANN index, and Lance answers a nearest
 query by reading and decoding the whole vector column each time: a short query's two dense legs
 spent 17-30 ms there at 10k chunks and 1k-10k documents, where a matrix product over the same
 vectors takes under a millisecond. `ExactVectors` is that matrix (unit rows), with the columns a
 search returns; the store reads one per version of the table, so a write makes the next search
 read it again.
-Not here: reading the table, filters (a filtered search goes to Lance), ANN indexes (store.py).
+Not here: reading the table, filters (a filtered search goes to Lance), ANN indexes (`reads.py`, `indexes.py`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Paths pending in a table version: rows written by a commit whose file records are not yet.
 
-`Store.commit` lists the paths whose rows it replaces under PENDING_PATHS_KEY in the chunks and
+`Writer.commit` (writes.py) lists the paths whose rows it replaces under PENDING_PATHS_KEY in the chunks and
 docs tables' config (Lance keeps it in each version's manifest) before it changes their rows, and
 clears them once their file records are written. A search reads the list from the very version it
 searches and leaves those paths out; an empty list adds no filter, so a search costs what it did.
 A run killed in between leaves the list behind: `docsearch doctor` reports it and the next run
-redoes (or drops) those files. Not here: the commits themselves (`store.py`).
+redoes (or drops) those files. Not here: the commits themselves (`writes.py`).
 """
 
 from __future__ import annotations
