@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from docsearch.indexer.filters import sql_in
-from docsearch.store.tables import ABSENT, INCOMPLETE, PENDING_TABLE, READY
+from docsearch.store.tables import INCOMPLETE, PENDING_TABLE, READY
 
 if TYPE_CHECKING:
     from docsearch.store.reads import Store
@@ -26,7 +26,7 @@ class PendingVectors:
     """The checkpoint table of one version of a collection (written holding the writer lock)."""
 
     def __init__(self, store: Store) -> None:
-        self.database = store.database
+        self.database, self.prefix = store.database, store.prefix
         self.table = f"{store.prefix}__{PENDING_TABLE}"
 
     def exists(self) -> bool:
@@ -62,8 +62,7 @@ class PendingVectors:
             table.delete(sql_in("text_sha", shas[start : start + 500]))
 
     def drop(self) -> None:
-        if self.database.table_state(self.table) != ABSENT:
-            self.database.connection.drop_table(self.table)
+        self.database.drop_tables(self.prefix, [PENDING_TABLE])
 
 
 def read_pending_vectors(store: Store, wanted: set[str]) -> dict[str, np.ndarray]:

@@ -41,6 +41,7 @@ from docsearch.store.tables import (
     connect,
     dataset,
     has_manifest,
+    last_write,
     local_db_path,
     parse_table,
     table_names,
@@ -167,9 +168,7 @@ class Database:
     def last_write(self, name: str) -> float:
         """When the serving version's chunks table was last written (a timestamp)."""
         prefix = table_prefix(name, self.versions(name).active)
-        versions = self.dataset(f"{prefix}__chunks").versions()
-        stamp = versions[-1]["timestamp"] if versions else None
-        return stamp.timestamp() if stamp is not None else 0.0
+        return last_write(self.dataset(f"{prefix}__chunks"))
 
     def create_version(self, name: str, version: int, meta: CollectionMeta) -> None:
         """Make sure version `version` of `name` has its tables: kept if its chunks table

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from docsearch.store.tables import VECTOR_INDEX_MIN_ROWS
+from docsearch.store.tables import VECTOR_INDEX_MIN_ROWS, last_write
 
 if TYPE_CHECKING:
     from docsearch.store.reads import Store
@@ -77,5 +77,5 @@ def index_health(store: Store) -> dict[str, Any]:
         "fts_unindexed_rows": fts.num_unindexed_rows if fts else store.count_chunks(),
         "documents": store.count_documents() if store.has_documents else None,
         "versions": len(chunks.list_versions()),
-        "last_write": store.last_write(),
+        "last_write": last_write(store.database.dataset(f"{store.prefix}__chunks")),
     }

@@ -169,11 +169,6 @@ class Store:
         """The chunks table's latest version as a cache key (as `documents_version`)."""
         return version_key(self._read("chunks"))
 
-    def last_write(self) -> float:
-        versions = self._read("chunks").versions()
-        stamp = versions[-1]["timestamp"] if versions else None
-        return stamp.timestamp() if stamp is not None else 0.0
-
     # -- rows ------------------------------------------------------------------------------------
 
     def count_chunks(self, where: str | ChunkFilter | None = None) -> int:
@@ -374,8 +369,10 @@ def building(db: str | Database, name: str) -> Store | None:
     """The version an unfinished switch of `name` is building, if its creation got as far as
     its chunks table (else None: nothing of it is worth resuming)."""
     database = db if isinstance(db, Database) else Database(db)
-    pending = database.version_state(name).pending
-    return Store(database, name, pending) if pending is not None else None
+    version = database.versions(name).building
+    if version is None or database.table_state(f"{table_prefix(name, version)}__chunks") != READY:
+        return None
+    return Store(database, name, version)
 
 
 def per_document(where: ChunkFilter | None, has_documents: bool) -> bool:

@@ -113,6 +113,13 @@ def dataset(uri: str):  # type: ignore[no-untyped-def]
     return lance.dataset(uri, session=_session())
 
 
+def last_write(dataset: Any) -> float:
+    """When a table's latest version was written (a timestamp; 0 for none)."""
+    versions = dataset.versions()
+    stamp = versions[-1]["timestamp"] if versions else None
+    return stamp.timestamp() if stamp is not None else 0.0
+
+
 def has_index(table: Any, name: str) -> bool:
     """Whether a LanceDB table has the index `name`."""
     return name in {cfg.name for cfg in table.list_indices()}
