@@ -8,13 +8,15 @@ z; under the others it gets 0; a leg whose candidates all score alike gives ever
 both), `rrf` is reciprocal-rank fusion (Cormack et al., 2009).
 `aggregate` turns a document's chunk scores into one (max, sum@m of its m best, lse@T a soft
 maximum in units of the query's best chunk). A `Fusion` is a rule: method, per-leg weights, the
-chunk legs' aggregators, and optionally the agreement guard (dense weights x min(1, overlap@10 of
-the lexical and dense sides / tau)). Legs: `lexical` and `dense` are chunk legs (BM25, cosine),
-`doc_lexical` and `doc_dense` document legs (whole-document BM25, doc-mean vector cosine),
-`chunk_dense` a document's chunks matched with a query document's (query by document).
-The document rules were chosen by the doclevel studies (retired; their numbers stay in
-benchmarks/results/doclevel*.md), the key-term rule by benchmarks/styles.py, which scores through
-these definitions. Not here: choosing weights (benchmarks/fusion.py, styles.py), running legs.
+chunk legs' aggregators, optionally the agreement guard (dense weights x min(1, overlap@10 of
+the lexical and dense sides / tau)), and optionally `RareTerms` (other weights for the lexical
+legs where the legs returned show the query's words to be rare in the collection). Legs:
+`lexical` and `dense` are chunk legs (BM25, cosine), `doc_lexical` and `doc_dense` document
+legs (whole-document BM25, doc-mean vector cosine), `chunk_dense` a document's chunks matched
+with a query document's (query by document). The document rules were chosen by the doclevel
+studies (retired; their numbers stay in benchmarks/results/doclevel*.md), the key-term rule and
+RARE_TERMS by benchmarks/styles.py, which scores through these definitions. Not here: choosing
+weights (benchmarks/fusion.py, styles.py), running legs.
 """
 
 from __future__ import annotations
@@ -108,17 +110,37 @@ def is_dense(leg: str) -> bool:
 
 
 @dataclass(frozen=True)
+class RareTerms:
+    """Weights for the lexical legs when the query's words are rare in the collection: whole-
+    document BM25 matched fewer than `share` of the documents the doc-mean vector leg returned.
+    That leg returns every document up to its pool (and the lexical leg its matches up to the
+    same pool), so the ratio is the share of documents holding any of the words, read from
+    what the legs returned (no collection statistics kept). Without the vector leg, no change."""
+
+    share: float
+    weights: dict[str, float]
+
+    def holds(self, legs: Mapping[str, Scores]) -> bool:
+        matched, every = legs.get("doc_lexical"), legs.get("doc_dense")
+        if matched is None or not every:
+            return False
+        return len(matched) < self.share * len(every)
+
+
+@dataclass(frozen=True)
 class Fusion:
     """A fusion rule: `method` from METHODS over the legs `weights` names (a leg it does not
     name, or weighs 0, is left out); `aggregate` says how a chunk leg scores a document (max
-    when not named); `tau` turns on the agreement guard. One weighted leg ranks by its own
-    scores. The bare constructor is unweighted RRF over the two chunk legs."""
+    when not named); `tau` turns on the agreement guard; `rare` reweighs the lexical legs of a
+    query whose words are rare (RareTerms). One weighted leg ranks by its own scores. The bare
+    constructor is unweighted RRF over the two chunk legs."""
 
     method: str = "rrf"
     weights: dict[str, float] = field(default_factory=lambda: {"dense": 1.0, "lexical": 1.0})
     k: int = 60
     aggregate: dict[str, str] = field(default_factory=dict)
     tau: float | None = None
+    rare: RareTerms | None = None
 
     @property
     def uses_dense(self) -> bool:
@@ -138,6 +160,8 @@ class Fusion:
         if self.method not in METHODS:
             raise ValueError(f"unknown fusion method {self.method!r} ({', '.join(METHODS)})")
         weights = {leg: self.weights[leg] for leg in legs if self.weights.get(leg)}
+        if self.rare and self.rare.holds(legs):
+            weights = {leg: self.rare.weights.get(leg, w) for leg, w in weights.items()}
         if len(weights) == 1:
             return dict(legs[next(iter(weights))]), None
         agreement = self._agreement(legs, weights) if self.tau else None
@@ -170,6 +194,17 @@ CHUNK_FUSION = Fusion("maxnorm", {"dense": 0.4, "lexical": 0.6})
 # Hybrid has two rules: a short query (a question, a title, a claim) needs the dense side, a
 # long one (a summary or an abstract, text that describes a whole document) is best ranked by
 # the lexical rule; the rule and the length were chosen together (document_rule).
+# A short query whose words are rare (whole-document BM25 matched under half the documents the
+# vector leg returned: a few key words and no stop word, which whole-document BM25 keeps) weighs
+# the two lexical legs alike: there chunk BM25's 2 : 1 lead let a document with a passage dense
+# in the words pass the one whole-document BM25 ranks first (irled2017-precedent's 3-5-word
+# queries, test split: 0.9866 -> 0.9958, whole-document BM25's own score). Chosen on the
+# query-style suite's tuning split (benchmarks/styles.py, results/styles.md "Leg evidence"):
+# worst cell -0.0040 -> -0.0009, no cell below the bar, the original queries unchanged. The
+# signals on the dense legs tried there (the two sides' agreement, raw or above chance, the
+# best doc-mean cosine, the legs' score spread) cost the original queries, put cells below the
+# bar or fixed no cell below it; restoring the dense legs to key terms needs every list encoded.
+RARE_TERMS = RareTerms(0.5, {"doc_lexical": 0.3, "lexical": 0.3})
 DOCUMENT_RULES = {
     "lexical": Fusion(
         "minmax", {"doc_lexical": 0.7, "lexical": 0.3}, aggregate={"lexical": "sum@5"}
@@ -178,6 +213,7 @@ DOCUMENT_RULES = {
         "zscore",
         {"doc_lexical": 0.2, "lexical": 0.4, "doc_dense": 0.2, "dense": 0.2},
         aggregate={"lexical": "lse@0.1"},
+        rare=RARE_TERMS,
     ),
     "vector": Fusion("maxnorm", {"dense": 1.0}),
 }

@@ -80,9 +80,9 @@ def _zscores(scores: dict[str, float], keys: set[str]) -> dict[str, float]:
     return {key: z.get(key, min(z.values())) for key in keys}
 
 
-def _chunk_bm25(retriever: Retriever) -> dict[str, list[float]]:
+def _chunk_bm25(retriever: Retriever, query: str = QUERY) -> dict[str, list[float]]:
     per_doc: dict[str, list[float]] = {}
-    for one in retriever.store.search_text(QUERY, 500, None):
+    for one in retriever.store.search_text(query, 500, None):
         per_doc.setdefault(one.doc_id, []).append(one.raw_score)
     return per_doc
 
@@ -125,14 +125,14 @@ def test_without_a_document_table_documents_rank_by_their_best_chunk(
     assert len(hits[1].passages) == 3  # passages still come from the chunk pool
 
 
-def _cosines(retriever: Retriever) -> tuple[dict[str, float], dict[str, float]]:
+def _cosines(retriever: Retriever, text: str = QUERY) -> tuple[dict[str, float], dict[str, float]]:
     """Per document: cosine(query, normalised mean of its chunk vectors) and its best chunk's
     cosine, from the stored chunks."""
     rows = retriever.store.rows("ordinal >= 0", ["doc_id", "vector"])
     by_doc: dict[str, list[np.ndarray]] = {}
     for row in rows:
         by_doc.setdefault(row["doc_id"], []).append(np.asarray(row["vector"], dtype=np.float64))
-    query = HashingEncoder(max_tokens=40).encode_queries([QUERY])[0].astype(np.float64)
+    query = HashingEncoder(max_tokens=40).encode_queries([text])[0].astype(np.float64)
     query /= np.linalg.norm(query)
     mean_cos, best_cos = {}, {}
     for doc, vectors in by_doc.items():
@@ -142,24 +142,33 @@ def _cosines(retriever: Retriever) -> tuple[dict[str, float], dict[str, float]]:
     return mean_cos, best_cos
 
 
-def test_hybrid_fuses_a_short_query_by_its_rule(corpus: tuple[str, Path]) -> None:
+@pytest.mark.parametrize(
+    ("query", "weights"),
+    [
+        # Whole-document BM25 (which keeps stop words) matches all five documents.
+        (f"the {QUERY}", (0.2, 0.4, 0.2, 0.2)),
+        # Rare words: two of the five documents hold them (fusion.RareTerms).
+        (QUERY, (0.3, 0.3, 0.2, 0.2)),
+    ],
+)
+def test_hybrid_fuses_a_short_query_by_its_rule(
+    corpus: tuple[str, Path], query: str, weights: tuple[float, ...]
+) -> None:
     db, _ = corpus
     retriever = Retriever("hyb", db=db)
-    hits = retriever.search(QUERY, k=5)
-    # A short query: zscore(0.2 whole-doc BM25 + 0.4 chunk BM25 lse@0.1 + 0.2 doc-mean cosine
-    # + 0.2 best chunk cosine)
-    whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(QUERY, 500, None)}
-    chunks = _chunk_bm25(retriever)
+    hits = retriever.search(query, k=5)
+    # A short query: zscore(whole-doc BM25, chunk BM25 lse@0.1, doc-mean cosine, best chunk
+    # cosine), 0.2 : 0.4 : 0.2 : 0.2, the lexical legs 0.3 : 0.3 for rare words
+    whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(query, 500, None)}
+    assert (len(whole) < 5 / 2) is (weights[0] == 0.3)
+    chunks = _chunk_bm25(retriever, query)
     unit = 0.1 * max(s for scores in chunks.values() for s in scores)
     lse = {d: 0.1 * math.log(sum(math.exp(s / unit) for s in ss)) for d, ss in chunks.items()}
-    mean_cos, best_cos = _cosines(retriever)
+    mean_cos, best_cos = _cosines(retriever, query)
     keys = set(whole) | set(lse) | set(mean_cos)
     assert len(keys) == 5 and {h.doc_id for h in hits} == keys
     z = [_zscores(leg, keys) for leg in (whole, lse, mean_cos, best_cos)]
-    expected = {
-        key: sum(w * leg[key] for w, leg in zip((0.2, 0.4, 0.2, 0.2), z, strict=True))
-        for key in keys
-    }
+    expected = {key: sum(w * leg[key] for w, leg in zip(weights, z, strict=True)) for key in keys}
     # Best first, ties (the three identical other documents) by doc_id.
     assert [h.doc_id for h in hits] == sorted(keys, key=lambda key: (-expected[key], key))
     for rank, hit in enumerate(hits, start=1):

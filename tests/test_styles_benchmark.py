@@ -64,3 +64,32 @@ def test_the_fast_path_ranks_as_the_product(styles: ModuleType) -> None:
         fused = styles.fuse(rule, legs)
         summed = styles.share_weights(d) @ row.z
         assert np.allclose(summed, [fused[k] for k in row.keys], atol=1e-9)
+
+
+def test_the_stress_rows_take_another_querys_dense_legs(styles: ModuleType) -> None:
+    """styles_evidence's stress test: each query keeps its lexical legs and takes the dense legs
+    of another query of the same style; agreement above chance is 0 at chance, 1 at full."""
+    evidence = importlib.import_module("benchmarks.styles_evidence")
+    rng = random.Random(3)
+    queries = [
+        styles.Query(f"set\0q{i}", "set", "test", QUERIES[0], {"doc00": 1}) for i in range(4)
+    ]
+    legs = [_legs(rng) for _ in queries]
+    part = {
+        "sample": "set",
+        "queries": queries,
+        "styles": {"original": {"texts": [QUERIES[0]] * 4, "legs": legs}},
+    }
+    rows = evidence._stressed(part)
+    for row, own in zip(rows, legs, strict=True):
+        lexical = set(own["doc_lexical"]) | set(own["lexical"])
+        assert set(np.array(row.keys)[row.lexical_only]) == lexical
+        dense = {k for k in row.keys if k not in lexical}
+        others = [o for o in legs if o is not own]
+        assert any(dense <= set(o["dense"]) | set(o["doc_dense"]) for o in others)
+        assert row.feats["dense_cos"] in [max(o["doc_dense"].values()) for o in others]
+    row = rows[0]
+    n = len(row.keys)
+    for overlap, expected in ((10 / n, 0.0), (1.0, 1.0)):
+        row.feats["overlap"] = overlap
+        assert evidence.chance_agreement(row) == pytest.approx(expected, abs=1e-12)
