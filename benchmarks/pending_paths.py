@@ -84,7 +84,7 @@ def main() -> None:
     print(f"indexed in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     retriever = Retriever("cuad", db=db)
     store = retriever.store
-    dataset = store._read("chunks")
+    dataset = store.dataset("chunks")
     calls = 20_000
     started = time.perf_counter()
     for _ in range(calls):

@@ -193,7 +193,7 @@ class PrecomputedQueries:
 
 def recall_vs_exact(store: Any, vectors: np.ndarray) -> float | None:
     """recall@10 of the indexed vector search against exact search (None: no index, exact)."""
-    dataset, hits = store._read("chunks"), []
+    dataset, hits = store.dataset("chunks"), []
     if not any(index["name"] == "vector_idx" for index in dataset.list_indices()):
         return None
     for q in vectors:

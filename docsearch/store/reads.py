@@ -74,7 +74,7 @@ class Store:
         self.prefix = table_prefix(name, version)  # its tables are `<prefix>__<kind>`
         self._has_documents = False
         self._exact = {kind: HeldVectors() for kind in ("chunks", "docs")}
-        self.meta = stored_meta(self._read("chunks"))
+        self.meta = stored_meta(self.dataset("chunks"))
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
                 f"collection {name!r} was written by a newer docsearch (schema "
@@ -97,7 +97,7 @@ class Store:
                     raise
         raise AssertionError("unreachable")
 
-    def _read(self, table: str) -> Any:
+    def dataset(self, table: str) -> Any:
         """The latest version of a table's Lance dataset, for reading."""
         return self.database.dataset(f"{self.prefix}__{table}")
 
@@ -107,7 +107,7 @@ class Store:
         other chunks); reopen it then."""
         try:
             serving = self.database.versions(self.name).active == self.version
-            return serving and stored_meta(self._read("chunks")) == self.meta
+            return serving and stored_meta(self.dataset("chunks")) == self.meta
         except Exception:  # noqa: BLE001 - gone or half-written: either way, reopen and report
             return False
 
@@ -122,31 +122,31 @@ class Store:
         it): the retriever then ranks documents by their chunks alone."""
         if not self._has_documents:  # once there, it stays (a rebuilt collection: is_current)
             ready = self.database.table_state(f"{self.prefix}__docs") == READY
-            indexes = self._read("docs").describe_indices() if ready else []
+            indexes = self.dataset("docs").describe_indices() if ready else []
             self._has_documents = any(index.name == "text_idx" for index in indexes)
         return self._has_documents
 
     # -- files and bookkeeping -------------------------------------------------------------------
 
     def file_records(self) -> dict[str, FileRecord]:
-        rows = self._read("files").to_table().to_pylist()
+        rows = self.dataset("files").to_table().to_pylist()
         return {r["path"]: FileRecord(**r) for r in rows}
 
     def file_record(self, path: str) -> FileRecord | None:
         """The record of exactly `path` (any string: it is quoted, never read as SQL)."""
-        rows = self._read("files").to_table(filter=f"path = {sql_str(path)}", limit=1)
+        rows = self.dataset("files").to_table(filter=f"path = {sql_str(path)}", limit=1)
         return FileRecord(**rows.to_pylist()[0]) if rows.num_rows else None
 
     def file_stats(self) -> FileStats:
         columns = ["path", "status", "reason"]
-        rows = self._read("files").to_table(columns=columns).to_pylist()
+        rows = self.dataset("files").to_table(columns=columns).to_pylist()
         failed = {r["path"]: r["reason"] for r in rows if r["status"] == "failed"}
         return FileStats(sum(r["status"] == "indexed" for r in rows), failed)
 
     def pending_paths(self) -> list[str]:
         """Paths whose rows an interrupted run left half written: hidden from search, and redone
         (or dropped, if the file is gone) by the next run."""
-        chunks, docs = (pending_paths(self._read(kind)) for kind in ("chunks", "docs"))
+        chunks, docs = (pending_paths(self.dataset(kind)) for kind in ("chunks", "docs"))
         return sorted(chunks | docs)
 
     def unrecorded_paths(self) -> list[str]:
@@ -155,26 +155,26 @@ class Store:
         redone (or dropped) by the next run as pending ones are."""
         if not self.has_documents:
             return []
-        documents = self._read("docs").to_table(columns=["path"]).column("path").to_pylist()
-        records = self._read("files").to_table(columns=["path"]).column("path").to_pylist()
+        documents = self.dataset("docs").to_table(columns=["path"]).column("path").to_pylist()
+        records = self.dataset("files").to_table(columns=["path"]).column("path").to_pylist()
         return sorted(set(documents) - set(records))
 
     def documents_version(self) -> str:
         """The docs table's latest version as a key for caches derived from it: its number and
         when it was written (a collection dropped and built again restarts the numbers, not the
         clock). Read from the manifest already open: no data is read."""
-        return version_key(self._read("docs"))
+        return version_key(self.dataset("docs"))
 
     def chunks_version(self) -> str:
         """The chunks table's latest version as a cache key (as `documents_version`)."""
-        return version_key(self._read("chunks"))
+        return version_key(self.dataset("chunks"))
 
     # -- rows ------------------------------------------------------------------------------------
 
     def count_chunks(self, where: str | ChunkFilter | None = None) -> int:
         """Chunks matching `where`: docsearch's own SQL (a str) or a caller's ChunkFilter."""
-        with filter_errors(self._read, where):
-            return int(self._read("chunks").count_rows(filter=_sql(where)))
+        with filter_errors(self.dataset, where):
+            return int(self.dataset("chunks").count_rows(filter=_sql(where)))
 
     def rows(
         self, where: str | ChunkFilter, columns: Sequence[str] | None = None
@@ -212,20 +212,20 @@ class Store:
         return found
 
     def count_documents(self) -> int:
-        return int(self._read("docs").count_rows())
+        return int(self.dataset("docs").count_rows())
 
     def documents(
         self, columns: Sequence[str], where: str | None = None
     ) -> Iterator[dict[str, Any]]:
         """Rows of the docs table (`where`: docsearch's own SQL), read a batch at a time."""
-        for batch in self._read("docs").to_batches(columns=list(columns), filter=where):
+        for batch in self.dataset("docs").to_batches(columns=list(columns), filter=where):
             yield from batch.to_pylist()
 
     def spread_texts(self, limit: int) -> list[str]:
         """The text of `limit` chunks spread evenly over the chunks table in its stored order
         (so over its documents), or of every chunk of a smaller table: a sample that is the
         same for the same version."""
-        dataset = self._read("chunks")
+        dataset = self.dataset("chunks")
         rows = dataset.count_rows()
         if not rows:
             return []
@@ -241,7 +241,7 @@ class Store:
         # The path index narrows the read to the chunks' files before the ids are compared.
         paths = sorted({one.path for one in found})
         where = f"{sql_in('path', paths)} AND {sql_in('id', chunk_ids)}"
-        table = self._read("chunks").to_table(filter=where, columns=["id", "text"])
+        table = self.dataset("chunks").to_table(filter=where, columns=["id", "text"])
         texts = dict(
             zip(table.column("id").to_pylist(), table.column("text").to_pylist(), strict=True)
         )
@@ -257,7 +257,7 @@ class Store:
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
         columns = result_columns(False)
-        exact = None if _narrows(where) else self._exact["chunks"].of(self._read("chunks"), columns)
+        exact = None if _narrows(where) else self._exact["chunks"].of(self.dataset("chunks"), columns)
         if exact is not None:
             found = [candidate(r, r.pop("_similarity")) for r in exact.nearest(vector, k)]
             return self.with_text(found) if text else found
@@ -283,7 +283,7 @@ class Store:
         if not per_document(where, self.has_documents):
             return []
         scan = {"full_text_query": words, "limit": k}
-        rows = read_documents(self._read("docs"), where, "_score", scan)
+        rows = read_documents(self.dataset("docs"), where, "_score", scan)
         return [doc_candidate(r, r.pop("_score")) for r in rows]
 
     def search_documents_vector(
@@ -294,13 +294,13 @@ class Store:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
         exact = None
         if not _narrows(where) and self.has_documents:
-            exact = self._exact["docs"].of(self._read("docs"), DOC_COLUMNS)
+            exact = self._exact["docs"].of(self.dataset("docs"), DOC_COLUMNS)
         if exact is not None:
             return [doc_candidate(r, r.pop("_similarity")) for r in exact.nearest(vector, k)]
         if not per_document(where, self.has_documents):
             return []
         scan = {"nearest": _nearest(vector, k)}
-        rows = read_documents(self._read("docs"), where, "_distance", scan)
+        rows = read_documents(self.dataset("docs"), where, "_distance", scan)
         return [doc_candidate(r, 1.0 - r.pop("_distance")) for r in rows]
 
     def search_phrase(self, phrase: str, k: int, where: ChunkFilter | None) -> list[Candidate]:
@@ -336,7 +336,7 @@ class Store:
             rows = self._scan(where, hide_pending=True, **scan)
         except ValueError:
             # Read on a version from before the full-text index (checked on the error path only)
-            indexed, empty = text_index_state(self._read("chunks"))
+            indexed, empty = text_index_state(self.dataset("chunks"))
             if not indexed and empty:
                 return []
             if not indexed:
@@ -355,8 +355,8 @@ class Store:
     ) -> Any:
         """One read of the chunks table, filtered by `where`, as an Arrow table. `hide_pending`
         (searches): without the rows of files not committed in every table yet."""
-        with filter_errors(self._read, where):
-            dataset = self._read("chunks")
+        with filter_errors(self.dataset, where):
+            dataset = self.dataset("chunks")
             if scan.get("columns"):  # a collection from before OCR, not written since, lacks it
                 scan["columns"] = [
                     c for c in scan["columns"] if c in dataset.schema.names or c[0] == "_"

@@ -232,7 +232,7 @@ def test_a_crash_state_from_before_pending_paths_is_reported_and_repaired(tmp_pa
     root, db, args = _killed_before_file_records(tmp_path)
     store = Store.open(db, "c")
     for kind in ("chunks", "docs"):  # as an earlier docsearch would have left it
-        store._read(kind).update_config({PENDING_PATHS_KEY: None})
+        store.dataset(kind).update_config({PENDING_PATHS_KEY: None})
     health = json.loads(_cli("doctor", "--json", "--db", db).stdout)["collections"]["c"]
     assert health["state"] == "repair pending"
     assert (health["pending_files"], health["unrecorded_files"]) == ([], [str(root / "a.md")])

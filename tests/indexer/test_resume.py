@@ -145,4 +145,4 @@ def test_vectors_checkpointed_before_a_failed_commit_are_reused_then_cleared(
     second.flush()
     assert second.report.chunks_embedded == 0
     assert second.report.chunks_reused == first.report.chunks_embedded == p.store.count_chunks()
-    assert p.store._read("pending_vectors").count_rows() == 0  # committed: no longer pending
+    assert p.store.dataset("pending_vectors").count_rows() == 0  # committed: no longer pending

@@ -41,7 +41,7 @@ def big_text(paragraphs: int) -> str:
 
 
 def fragments(db: str) -> int:
-    return len(Store.open(db, "c")._read("chunks").get_fragments())
+    return len(Store.open(db, "c").dataset("chunks").get_fragments())
 
 
 @pytest.fixture(scope="module")
