@@ -537,7 +537,7 @@ def query_latency(
     from docsearch.encoders import sentence_transformers as st
     from docsearch.fusion import DOCUMENT_RULES, LONG_QUERY_WORDS
     from docsearch.retriever import Retriever
-    from docsearch.snippets import identifiers
+    from docsearch.text import identifiers
 
     encoder = get_encoder("sentence-transformers")
     rng = np.random.default_rng(7)

@@ -62,7 +62,7 @@ from docsearch.fusion import (  # noqa: E402
 )
 from docsearch.indexer.filters import ChunkFilter  # noqa: E402
 from docsearch.retriever import clean_query  # noqa: E402
-from docsearch.snippets import STOPWORDS, WORD  # noqa: E402
+from docsearch.text import STOPWORDS, WORD  # noqa: E402
 
 ENCODER = "sentence-transformers"
 INDEXES = cache_dir("styles") / "indexes"
@@ -600,7 +600,7 @@ def attempt(
 
 
 # Triggers for key terms typed without commas (issue 37's follow-up): lists, or at least n words
-# none of which is a stop word (the product's snippets.STOPWORDS), or a boolean AND/OR query.
+# none of which is a stop word (the product's text.STOPWORDS), or a boolean AND/OR query.
 _BOOLEAN = re.compile(r"\s(?:AND|OR)\s")
 
 

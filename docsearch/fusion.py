@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from docsearch.snippets import STOPWORDS, WORD
+from docsearch.text import STOPWORDS, WORD
 
 Scores = Mapping[str, float]
 METHODS = ("maxnorm", "rrf", "minmax", "zscore")

@@ -14,7 +14,7 @@ document table, a `where` on chunk columns) a document scores as its best chunk 
 search ranks them); `granularity="passage"` returns chunks instead (for RAG). Exact identifiers in
 the query ("Section 7.2(a)", "ISO 13485:2016") are matched as phrases and lift the chunks that
 contain them (passages; the document rules use plain BM25, as they were measured): all of a
-query's identifiers (at most `snippets.MAX_IDENTIFIERS`) go into one extra full-text search.
+query's identifiers (at most `text.MAX_IDENTIFIERS`) go into one extra full-text search.
 A query that names a numbered instrument ("Amendment No. 3 to the License Agreement") ranks the
 documents whose opening says they are that instrument first among the fused top INSTRUMENT_DEPTH
 (`docsearch.instruments`; `instrument` in `Hit.scores`); passages are not lifted.
@@ -89,7 +89,8 @@ from docsearch.similar import (
     query_document,
     shared_terms,
 )
-from docsearch.snippets import Snippet, identifiers, make_snippet
+from docsearch.snippets import Snippet, make_snippet
+from docsearch.text import identifiers
 
 if TYPE_CHECKING:
     from docsearch.indexer.extract import Document

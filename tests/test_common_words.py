@@ -12,7 +12,7 @@ from docsearch import common_words as cw
 from docsearch.fusion import LONG_QUERY_WORDS
 from docsearch.indexer.store import Store
 from docsearch.retriever import Retriever
-from docsearch.snippets import stem
+from docsearch.text import stem
 from tests.helpers import index_into
 
 RARE = ["quarterly", "audit", "ledger", "pension", "tariff", "harbour", "vaccine", "turbine"]

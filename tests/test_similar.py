@@ -23,7 +23,8 @@ from docsearch.errors import UsageError
 from docsearch.fusion import Fusion
 from docsearch.indexer.store import cache_file, drop_collection
 from docsearch.retriever import Retriever
-from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats, words
+from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats
+from docsearch.text import index_words as words
 from tests.helpers import index_into, make_docx, make_pdf, running_as_root, scan_image
 
 PUMP = [

@@ -10,7 +10,6 @@ cannot run here. `encoder="none"` asks for a lexical-only collection on purpose.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from docsearch.indexer.store import (
     read_versions,
     survey,
 )
+from docsearch.text import WORD
 
 if TYPE_CHECKING:
     from docsearch.config import Settings
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 
 LEXICAL_ONLY = "none"
 DEFAULT_LEXICAL_WINDOW = 400  # words per chunk when there is no encoder to set the window
-_WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -44,11 +43,11 @@ class Prepared:
 
 
 def word_count(texts: Sequence[str]) -> list[int]:
-    return [len(_WORD.findall(t)) for t in texts]
+    return [len(WORD.findall(t)) for t in texts]
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
-    return [m.span() for m in _WORD.finditer(text)]
+    return [m.span() for m in WORD.finditer(text)]
 
 
 def chunk_budget(encoder: Encoder | None, cap: int | None) -> int:
