@@ -12,7 +12,7 @@ set's real queries are searched too: every query of the shared sets that names a
 Each through the real Retriever on quality.py's cached full-corpus indexes (lexical: the index
 without a model; hybrid: MiniLM), with the lift on and off (`retriever.LIFT_INSTRUMENTS`).
 Writes results/instruments.{json,md}, keeping the notes below the marker.
-Not here: the lift itself (docsearch.instruments, Retriever._instruments_first).
+Not here: the lift itself (docsearch.instruments, ranking.DocumentRanker.instruments_first).
 """
 
 from __future__ import annotations

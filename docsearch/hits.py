@@ -27,16 +27,6 @@ def passage(found: ChunkView, query: str | ParsedQuery, score: float) -> Passage
     return Passage(**view, score=score, snippet=snippet)
 
 
-def document_hit(
-    passages: Sequence[Passage], score: float, scores: dict[str, dict[str, float]]
-) -> Hit:
-    """A document found, scored `score` (`scores`: per leg and fused), with its best passages
-    (best first)."""
-    best = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
-    best["score"] = score
-    return Hit(**best, scores=scores, passages=tuple(passages))
-
-
 @dataclass(frozen=True)
 class Passage(ChunkView):
     """A chunk as a result shows it: where it lies, its score and its snippet."""
@@ -90,29 +80,84 @@ class Passage(ChunkView):
         }
 
 
-@dataclass(frozen=True)
-class Hit(Passage):
-    """One result. A document: `score` is its fused score, `passages` its best passages (best
-    first; the hit's own chunk fields and snippet are the first one's). A passage (granularity
-    "passage"): `passages` is empty. `scores` has each leg's rank and raw score, and `fused`: the
-    hit's rank, fused score and, under the agreement guard, the factor its dense weights got."""
+# What a Hit reads from its first passage for code written when a hit was its first passage.
+_FIRST_PASSAGE = frozenset(f.name for f in fields(Passage) if f.name != "score") | {
+    "pages",
+    "page",
+    "provenance",
+    "cite",
+    "page_of",
+}
+_DOCUMENT = ("text", "path", "title", "doc_id")  # what a document's passages need not repeat
 
-    scores: dict[str, dict[str, float]] = field(default_factory=dict)
-    passages: tuple[Passage, ...] = ()
+
+@dataclass(frozen=True)
+class Hit:
+    """One result: a document with its best passages (best first), or, granularity "passage",
+    one chunk as its one passage.
+
+    `score` is the hit's fused score; `scores` has each leg's rank and raw score, and `fused`:
+    the hit's rank, fused score and, under the agreement guard, the factor its dense weights
+    got. `path`, `title` and `doc_id` are the document's. Backwards compatibility: a hit used
+    to BE its first passage, so the other fields and properties of a Passage (`text`,
+    `snippet`, `pages`, `page`, `cite`, `chunk_id`, `char_start`, ...) still read the first
+    passage's (`best`); new code reads `best` or `passages`."""
+
+    score: float
+    scores: dict[str, dict[str, float]]
+    passages: tuple[Passage, ...]  # never empty
+    granularity: str = "document"
+
+    @classmethod
+    def of_document(
+        cls, passages: Sequence[Passage], score: float, scores: dict[str, dict[str, float]]
+    ) -> Hit:
+        """A document found, scored `score`, with its best passages (best first)."""
+        return cls(score, scores, tuple(passages))
 
     @classmethod
     def of_passage(cls, found: Passage, scores: dict[str, dict[str, float]]) -> Hit:
-        """A passage found (granularity "passage"): the passage itself is the hit."""
-        return cls(**{f.name: getattr(found, f.name) for f in fields(Passage)}, scores=scores)
+        """A passage found (granularity "passage"), scored as passage search ranks it."""
+        return cls(found.score, scores, (found,), "passage")
+
+    @property
+    def best(self) -> Passage:
+        """The first (best) passage: the one a result shows first."""
+        return self.passages[0]
+
+    @property
+    def path(self) -> str:
+        return self.best.path
+
+    @property
+    def title(self) -> str:
+        return self.best.title
+
+    @property
+    def doc_id(self) -> str:
+        return self.best.doc_id
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names a Hit lacks; `passages` is read from __dict__, which a copy or an
+        # unpickling may not have filled yet.
+        passages = self.__dict__.get("passages")
+        if name not in _FIRST_PASSAGE or not passages:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(passages[0], name)
 
     def as_dict(self) -> dict[str, Any]:
-        """As `Passage.as_dict`, with `passages` (less what the document already says)."""
-        document = ("text", "path", "title", "doc_id")
+        """JSON-ready data: the first passage's (`Passage.as_dict`) with the hit's `score` and
+        `scores`, and a document's `passages` (less what the document already says; a
+        passage hit's is empty, the hit being its passage)."""
         passages = [
-            {key: value for key, value in p.as_dict().items() if key not in document}
-            for p in self.passages
+            {key: value for key, value in p.as_dict().items() if key not in _DOCUMENT}
+            for p in (self.passages if self.granularity == "document" else ())
         ]
-        return super().as_dict() | {"passages": passages}
+        return self.best.as_dict() | {
+            "score": self.score,
+            "scores": self.scores,
+            "passages": passages,
+        }
 
 
 @dataclass(frozen=True)
@@ -160,16 +205,8 @@ class SimilarHit(Hit):
     ) -> SimilarHit:
         """A similar document scored `score`, its passages this document's side of `pairs`
         (or its opening passage), explained by `terms` and `pairs`."""
-        best = {f.name: getattr(passages[0], f.name) for f in fields(Passage)}
-        best["score"] = score
-        return cls(
-            **best,
-            scores=scores,
-            passages=tuple(passages),
-            terms=terms,
-            query_passage=pairs[0].query if pairs else None,
-            pairs=pairs,
-        )
+        query = pairs[0].query if pairs else None
+        return cls(score, scores, tuple(passages), terms=terms, query_passage=query, pairs=pairs)
 
     def as_dict(self) -> dict[str, Any]:
         query = self.query_passage.as_dict() if self.query_passage else None

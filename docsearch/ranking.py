@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from docsearch.fusion import Fusion, aggregate, ranks
-from docsearch.hits import Hit, Passage, document_hit, passage
+from docsearch.hits import Hit, Passage, passage
 from docsearch.indexer.filters import ChunkFilter
 from docsearch.indexer.store import (
     RESULT_COLUMNS,
@@ -127,7 +127,7 @@ class DocumentRanker:
             scores = ranking.scores(doc, len(hits) + 1)
             if doc in named:
                 scores["instrument"] = {"rank": named[doc][0], "score": float(named[doc][1])}
-            hits.append(document_hit(passages[doc], ranking.fused[doc], scores))
+            hits.append(Hit.of_document(passages[doc], ranking.fused[doc], scores))
         return hits
 
     def _passages(

@@ -12,7 +12,7 @@ Each result is explained by the key terms both documents contain and by passage 
 their pages): with vectors, the chunk pairs of highest cosine (`ChunkMatch`, which also scores
 the `chunk_dense` leg: each query chunk's best match, averaged); without, the passage of each
 document holding most of the shared terms.
-Not here: the legs and their fusion (`retriever.py`, `fusion.SIMILAR_RULES`), reading Lance
+Not here: the legs and their fusion (`similar_search.py`, `fusion.SIMILAR_RULES`), reading Lance
 (`indexer/store.py`), rendering (`app/similar_cmd.py`).
 """
 
