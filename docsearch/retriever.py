@@ -326,6 +326,7 @@ class Retriever:
             whole = self._beside(lambda: self.store.search_documents_text(words, depth, flt))
         found: dict[str, list[Candidate]] = {}
         bm25: list[Candidate] = []
+        phrased: list[Candidate] = []
         if plan.bm25:
             bm25 = self.store.search_text(query.words, plan.pool, flt, text=plan.pool_text)
             phrased = phrases.result() if phrases else []
