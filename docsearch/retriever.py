@@ -32,14 +32,14 @@ returns the documents most like it, each with the key terms and passage pairs th
 Where the parts live: the query cleaned and parsed once per search (`docsearch.query`), which
 legs a search runs (`docsearch.search_plan`), fusing them and a document's passages
 (`docsearch.ranking`), the hits (`docsearch.hits`), query by document
-(`docsearch.similar_search`); this module runs the legs and follows the collection's versions.
+(`docsearch.similar_search`), following the collection's versions (`docsearch.following`);
+this module runs the legs.
 Not here: query encoding details (the encoder's), result rendering (CLI/UI).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -49,7 +49,8 @@ from docsearch.common_words import common_words
 from docsearch.config import Settings
 from docsearch.defaults import MODES
 from docsearch.encoders.base import Encoder, encoder_from_spec, same_identity
-from docsearch.errors import DocsearchError, EncoderUnavailableError, UsageError
+from docsearch.errors import EncoderUnavailableError, UsageError
+from docsearch.following import Succession
 from docsearch.fusion import Fusion
 from docsearch.hits import Hit, Passage, PassagePair, SimilarHit, passage
 from docsearch.indexer.filters import ChunkFilter
@@ -121,8 +122,8 @@ class Retriever:
         # CHUNK_FUSION for passages); one over the chunk legs alone ranks documents by their best
         # chunk in each leg and passages as well, one with document legs ranks documents only.
         self.fusion = fusion or self.settings.fusion()
-        self._successor: Retriever | None = None
-        self._following = threading.Lock()
+        # This version's successors, once a switch swaps it out (`docsearch.following`).
+        self._succession = Succession(self, self._next_version)
 
     @property
     def collection(self) -> str:
@@ -142,13 +143,10 @@ class Retriever:
     def close(self) -> None:
         """End the query threads of this Retriever and of the versions it followed. The
         encoder stays loaded (it may be shared); searching again is allowed."""
-        with self._following:
-            successor = self._successor
         thread, self._query_thread = self._query_thread, None
         if thread is not None:
             thread.shutdown(wait=True)
-        if successor is not None:
-            successor.close()
+        self._succession.close()
 
     def __enter__(self) -> Retriever:
         return self
@@ -165,16 +163,8 @@ class Retriever:
     # -- following the collection's serving version ---------------------------------------------
 
     def _serving(self) -> Retriever:
-        """The Retriever of the version that serves searches now: this one until the collection
-        switches to another version (or is dropped and built again), then its successor's.
-        Nothing changes under a Retriever once made, so one search reads one version, with that
-        version's encoder, from its start to its end."""
-        if self._successor is None and self.store.is_current():
-            return self
-        with self._following:
-            if self._successor is None:
-                self._successor = self._next_version()
-        return self._successor._serving()
+        """The Retriever of the version that serves searches now (`Succession.serving`)."""
+        return self._succession.serving()
 
     def _next_version(self) -> Retriever:
         """A Retriever on the serving version; the caller's encoder goes with it only if that
@@ -193,21 +183,6 @@ class Retriever:
             "collection %r: now reading its version %d", self.collection, follower.store.version
         )
         return follower
-
-    def _on_serving(self, read: Callable[[Retriever], _T]) -> _T:
-        """`read` on the serving version's Retriever; once more on the next one if a switch
-        swapped versions while it read (the old version's tables are dropped then, so a read
-        that was under way can fail). Bad input (a DocsearchError) is never retried."""
-        current = self._serving()
-        try:
-            return read(current)
-        except DocsearchError:
-            raise
-        except Exception:
-            if current.store.is_current():
-                raise
-            log.info("collection %r switched during a read; reading again", self.collection)
-            return read(self._serving())
 
     def search(
         self,
@@ -245,7 +220,7 @@ class Retriever:
         """As `search`, with how it was answered: a `docsearch.results.SearchResult` (the
         hits, the mode that answered, the mode asked for, the rule that ranked, why the mode
         fell back)."""
-        return self._on_serving(
+        return self._succession.on_serving(
             lambda version: version._search(
                 query, k, mode, where, path=path, paths=paths, granularity=granularity
             )
@@ -377,7 +352,7 @@ class Retriever:
         rule: Fusion | None = None,
     ) -> SearchResult[SimilarHit]:
         """As `similar`, with the mode that answered and the rule (`docsearch.results`)."""
-        return self._on_serving(
+        return self._succession.on_serving(
             lambda version: similar(
                 version, source, k, mode, terms=terms, explain=explain, rule=rule
             )
