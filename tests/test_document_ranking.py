@@ -9,7 +9,9 @@ candidates, with the rules' arithmetic written out by hand (not docsearch.fusion
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import shutil
 from pathlib import Path
 
@@ -256,6 +258,10 @@ def test_a_document_hit_holds_its_passages_and_reads_the_first_for_old_code(
     shown = hit.as_dict()
     assert shown["score"] == hit.score and shown["scores"] == hit.scores
     assert shown["chunk_id"] == best.chunk_id and len(shown["passages"]) == len(hit.passages)
+    # The UI keeps hits in its state (copied) and a server may pickle them: the read-through
+    # must not get in the way.
+    for again in (copy.deepcopy(hit), pickle.loads(pickle.dumps(hit))):
+        assert again == hit and again.snippet == best.snippet
 
 
 def test_a_document_search_reads_the_text_of_the_chunks_it_shows(
