@@ -12,7 +12,7 @@ set's real queries are searched too: every query of the shared sets that names a
 Each through the real Retriever on quality.py's cached full-corpus indexes (lexical: the index
 without a model; hybrid: MiniLM), with the lift on and off (`retriever.LIFT_INSTRUMENTS`).
 Writes results/instruments.{json,md}, keeping the notes below the marker.
-Not here: the lift itself (docsearch.instruments, Retriever._instruments_first).
+Not here: the lift itself (docsearch.instruments, ranking.DocumentRanker.instruments_first).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-import docsearch.retriever as retriever_module  # noqa: E402
+import docsearch.ranking as ranking_module  # noqa: E402
 from benchmarks.eval_sets import (  # noqa: E402
     DATA,
     DEFAULT_CACHE,
@@ -79,14 +79,14 @@ def compare(
     out: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] = ({}, {})
     for qid, text in queries.items():
         for lift, into in ((False, out[0]), (True, out[1])):
-            retriever_module.LIFT_INSTRUMENTS = lift
+            ranking_module.LIFT_INSTRUMENTS = lift
             started = time.perf_counter()
             found = [h.path for h in retriever.search(text, k=DEPTH, mode=mode)]
             ms = 1000 * (time.perf_counter() - started)
             rank = next((i for i, path in enumerate(found, 1) if path in qrels[qid]), None)
             ndcg = ndcg_at_k(found, dict.fromkeys(qrels[qid], 1), 10)
             into[qid] = {"ndcg": ndcg, "rank": rank, "ms": ms}
-    retriever_module.LIFT_INSTRUMENTS = True
+    ranking_module.LIFT_INSTRUMENTS = True
     return out
 
 

@@ -32,7 +32,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-import docsearch.retriever as retriever_module  # noqa: E402
+import docsearch.ranking as ranking_module  # noqa: E402
 from benchmarks.eval_sets import (  # noqa: E402
     DEFAULT_CACHE,
     DEFAULT_DECODER,
@@ -175,7 +175,7 @@ def run_encoder(
                     started = time.perf_counter()
                     search_mode = "hybrid" if mode in FUSIONS else mode
                     # The rankings from before are compared as they were: no instrument lift.
-                    retriever_module.LIFT_INSTRUMENTS = mode not in FUSIONS
+                    ranking_module.LIFT_INSTRUMENTS = mode not in FUSIONS
                     result = index.evaluate(search_mode, queries=rset, fusion=FUSIONS.get(mode))
                     out[mode][name] = cell(result) | {"cached_index": index.cached}
                     print(

@@ -32,7 +32,8 @@ if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the 
 from benchmarks.eval_sets import DATA  # noqa: E402
 from docsearch.evaluation import EvalIndex, load_dataset, score_run  # noqa: E402
 from docsearch.indexer.extract import build_document  # noqa: E402
-from docsearch.similar import MAX_TERMS, TermStats, collection_stats, lexical_query, words  # noqa: E402
+from docsearch.similar import MAX_TERMS, TermStats, collection_stats, lexical_query  # noqa: E402
+from docsearch.text import index_words as words  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CAPS = (10, 20, 30, 50, 75, 100, 150, 200, 300)

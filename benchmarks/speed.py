@@ -218,7 +218,7 @@ def recall_vs_exact(store: Any, vectors: np.ndarray) -> float | None:
 
 def leg_latency(store: Any, queries: list[str], vectors: np.ndarray) -> dict[str, Any]:
     """p50/p95 of each search leg alone, at the pool depth document search asks for."""
-    from docsearch.retriever import CHUNK_POOL, DOC_POOL
+    from docsearch.search_plan import CHUNK_POOL, DOC_POOL
 
     legs = {
         "chunk BM25": lambda q, v: store.search_text(q, CHUNK_POOL, None),
@@ -542,7 +542,7 @@ def query_latency(
     from docsearch.encoders import sentence_transformers as st
     from docsearch.fusion import DOCUMENT_RULES, LONG_QUERY_WORDS
     from docsearch.retriever import Retriever
-    from docsearch.snippets import identifiers
+    from docsearch.text import identifiers
 
     encoder = get_encoder("sentence-transformers")
     rng = np.random.default_rng(7)

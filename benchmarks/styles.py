@@ -29,6 +29,7 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from benchmarks.eval_sets import (  # noqa: E402
 )
 from benchmarks.query_roles import Query, doc_roles, group_queries, reference_scores  # noqa: E402
 from docsearch import fusion  # noqa: E402
+from docsearch.common_words import common_words  # noqa: E402
 from docsearch.corpora.beir import CorpusDoc, RetrievalSet, load_beir  # noqa: E402
 from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
 from docsearch.fusion import (  # noqa: E402
@@ -62,8 +64,8 @@ from docsearch.fusion import (  # noqa: E402
     is_term_list,
 )
 from docsearch.indexer.filters import ChunkFilter  # noqa: E402
-from docsearch.retriever import clean_query  # noqa: E402
-from docsearch.snippets import STOPWORDS, WORD  # noqa: E402
+from docsearch.query import ParsedQuery, clean_query  # noqa: E402
+from docsearch.text import STOPWORDS, WORD  # noqa: E402
 
 ENCODER = "sentence-transformers"
 INDEXES = cache_dir("styles") / "indexes"
@@ -317,7 +319,7 @@ def legs_of(retriever: Any, encoder: Any, texts: list[str]) -> list[Legs]:
     vectors = encoder.encode_queries(texts)
     out = []
     for text, vector in zip(texts, vectors, strict=True):
-        words = retriever._bm25_words(text)
+        words = ParsedQuery.parse(text, partial(common_words, store)).words
         bm25 = _per_doc(store.search_text(words, POOL, flt, text=False))
         near = _per_doc(store.search_vector(vector, POOL, flt, text=False))
         out.append(
@@ -636,7 +638,7 @@ def attempt(
 
 
 # Triggers for key terms typed without commas (issue 37's follow-up): lists, or at least n words
-# none of which is a stop word (the product's snippets.STOPWORDS), or a boolean AND/OR query.
+# none of which is a stop word (the product's text.STOPWORDS), or a boolean AND/OR query.
 _BOOLEAN = re.compile(r"\s(?:AND|OR)\s")
 
 

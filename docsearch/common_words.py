@@ -19,9 +19,8 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
-from docsearch.similar import WORD  # words as the full-text index splits them
-from docsearch.snippets import stem
 from docsearch.store.reads import Store
+from docsearch.text import INDEX_WORD, stem  # words as the full-text index splits them
 
 # The smallest share that kept the lexical rule's tuning nDCG@10 within 0.005 of keeping
 # every word on each dataset (0.3 cost summary2meeting 0.022). None: every query keeps every word.
@@ -46,7 +45,7 @@ def _counted(db: str, name: str, version: str, share: float) -> frozenset[str]:
         return frozenset()
     holding: Counter[str] = Counter()
     for text in texts:
-        holding.update({stem(word) for word in WORD.findall(text.lower())})
+        holding.update({stem(word) for word in INDEX_WORD.findall(text.lower())})
     return frozenset(word for word, count in holding.items() if count > share * len(texts))
 
 
@@ -55,5 +54,7 @@ def without_common(query: str, common: frozenset[str]) -> str:
     a phrase (a phrase must keep its words) or where no word would be left."""
     if not common or '"' in query:
         return query
-    kept = WORD.sub(lambda word: " " if stem(word.group(0)) in common else word.group(0), query)
-    return kept if WORD.search(kept) else query
+    kept = INDEX_WORD.sub(
+        lambda word: " " if stem(word.group(0)) in common else word.group(0), query
+    )
+    return kept if INDEX_WORD.search(kept) else query

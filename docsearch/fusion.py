@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from docsearch.snippets import STOPWORDS, WORD
+from docsearch.text import STOPWORDS, WORD
 
 Scores = Mapping[str, float]
 METHODS = ("maxnorm", "rrf", "minmax", "zscore")
@@ -269,14 +269,31 @@ def is_key_terms(query: str) -> bool:
     return is_term_list(query) or is_keyword_query(query)
 
 
-def document_rule(mode: str, query: str) -> Fusion:
-    """The document rule `mode` ranks `query` by (DOCUMENT_RULES, LONG_QUERY_WORDS; a short
-    hybrid query of key terms, is_key_terms, TERM_LIST_RULE)."""
-    if mode == "hybrid" and len(query.split()) >= LONG_QUERY_WORDS:
+# The forms of a query the document rules tell apart (`query_form`).
+LONG, KEY_TERMS, PLAIN = "long", "key-terms", "plain"
+
+
+def query_form(query: str) -> str:
+    """LONG (LONG_QUERY_WORDS or more words), KEY_TERMS (is_key_terms) or PLAIN."""
+    if len(query.split()) >= LONG_QUERY_WORDS:
+        return LONG
+    return KEY_TERMS if is_key_terms(query) else PLAIN
+
+
+def form_rule(mode: str, form: str) -> Fusion:
+    """The document rule `mode` ranks a query of `form` (`query_form`) by: DOCUMENT_RULES; in
+    hybrid, a long query the lexical rule, a short query of key terms TERM_LIST_RULE."""
+    if mode == "hybrid" and form == LONG:
         return DOCUMENT_RULES["lexical"]
-    if mode == "hybrid" and is_key_terms(query):
+    if mode == "hybrid" and form == KEY_TERMS:
         return TERM_LIST_RULE
     return DOCUMENT_RULES[mode]
+
+
+def document_rule(mode: str, query: str) -> Fusion:
+    """The document rule `mode` ranks `query` by (`form_rule` of its `query_form`); a search
+    reads the form from its ParsedQuery instead, worked out once."""
+    return form_rule(mode, query_form(query))
 
 
 # Query by document (`Retriever.similar`): the document legs, the query being the query

@@ -9,7 +9,7 @@ Amendment to ..."); `own` what a document's opening names itself (the first of e
 amendment's opening may go on to cite the earlier ones); `matches` says whether a document is
 one the query names.
 Not here: reordering results (the Retriever lifts matching documents), clause references such as
-"Section 7.2(a)" (those are `snippets.identifiers`, matched verbatim inside chunks).
+"Section 7.2(a)" (those are `text.identifiers`, matched verbatim inside chunks).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ since hybrid chose that rule for it; `rule` names the rule that ranked:
                                answer), or passages (granularity "passage"): fusion.CHUNK_FUSION
     custom                     a rule the Retriever was given (`fusion=` or the settings')
 
-Not here: the hits themselves (`docsearch.retriever.Hit`).
+Not here: the hits themselves (`docsearch.hits.Hit`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, SIMILAR_RULES, TERM_LIST_RULE, Fusion
 
 if TYPE_CHECKING:
-    from docsearch.retriever import Hit
+    from docsearch.hits import Hit
 
 H = TypeVar("H", bound="Hit")
 

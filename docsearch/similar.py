@@ -12,7 +12,7 @@ Each result is explained by the key terms both documents contain and by passage 
 their pages): with vectors, the chunk pairs of highest cosine (`ChunkMatch`, which also scores
 the `chunk_dense` leg: each query chunk's best match, averaged); without, the passage of each
 document holding most of the shared terms.
-Not here: the legs and their fusion (`retriever.py`, `fusion.SIMILAR_RULES`), reading Lance
+Not here: the legs and their fusion (`similar_search.py`, `fusion.SIMILAR_RULES`), reading Lance
 (`indexer/store.py`), rendering (`app/similar_cmd.py`).
 """
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -37,15 +36,12 @@ from docsearch.store.database import cache_file
 from docsearch.store.documents import mean_vector
 from docsearch.store.reads import Store
 from docsearch.store.schema import RESULT_COLUMNS, ChunkView
+from docsearch.text import index_words
 
 if TYPE_CHECKING:
     from docsearch.encoders.base import Encoder
     from docsearch.indexer.extract import Document
 
-# Words as the docs table's full-text index splits them (letters and digits, lower-cased; it
-# drops tokens over 40 characters): its counts and these agree to 0.01% on irled2017-precedent.
-WORD = re.compile(r"[^\W_]+")
-MAX_WORD_CHARS = 40
 # Query terms kept from the query document: chosen on a seeded half of irled2017-precedent's
 # queries (benchmarks/similar.py, results/similar.md).
 MAX_TERMS = 150
@@ -60,13 +56,9 @@ K1, B = 1.2, 0.75  # the query document's term weights (BM25's usual values)
 # of irled2017-precedent stayed within 0.005 of embedding every chunk (8: -0.0054, 16: +0.0007,
 # 32: +0.0025; benchmarks/similar_dense.py --full, results/similar.md).
 MAX_QUERY_CHUNKS = 16
-STATS_FORMAT = 1  # of the kept word statistics: bump when `words` splits text differently
+STATS_FORMAT = 1  # of the kept word statistics: bump when `index_words` splits text differently
 
 log = logging.getLogger(__name__)
-
-
-def words(text: str) -> list[str]:
-    return [w for w in WORD.findall(text.lower()) if len(w) <= MAX_WORD_CHARS]
 
 
 @dataclass(frozen=True)
@@ -83,7 +75,7 @@ class TermStats:
         df: Counter[str] = Counter()
         documents = total = 0
         for text in texts:
-            tokens = words(text)
+            tokens = index_words(text)
             documents, total = documents + 1, total + len(tokens)
             df.update(set(tokens))
         return cls(documents, total / documents if documents else 0.0, df)
@@ -91,7 +83,7 @@ class TermStats:
     def key_terms(self, text: str, limit: int, min_df: int = 1) -> list[tuple[str, float]]:
         """The `limit` words of `text` of highest BM25 weight, with it, best first. A word fewer
         than `min_df` documents hold can match nothing (2 when the query is one of them)."""
-        counts = Counter(words(text))
+        counts = Counter(index_words(text))
         length = sum(counts.values())
         norm = K1 * (1 - B + B * length / (self.mean_length or 1.0))
         weights = {}
@@ -286,7 +278,7 @@ def _outside(store: Store, doc: Document, encoder: Encoder | None) -> QueryDocum
 
     chunker = make_chunker(encoder, ChunkerSettings(**store.meta.chunker))
     rows = chunk_rows(doc, chunker.chunk(doc), file_sha="")
-    if not rows or not words(doc.text):
+    if not rows or not index_words(doc.text):
         raise UsageError(f"the query document {doc.path} has no words to compare")
     return QueryDocument(doc.path, doc.text, [chunk_view(row) for row in rows])
 
@@ -314,7 +306,9 @@ def best_passage(
 ) -> tuple[ChunkView, float]:
     """The chunk holding the most of the weighted terms (their weights summed; the first of
     equals), and that sum."""
-    scored = [(sum(weights[w] for w in set(words(c.text)) & weights.keys()), c) for c in chunks]
+    scored = [
+        (sum(weights[w] for w in set(index_words(c.text)) & weights.keys()), c) for c in chunks
+    ]
     score, chunk = max(scored, key=lambda pair: (pair[0], -pair[1].ordinal))
     return chunk, score
 
@@ -323,7 +317,7 @@ def shared_terms(
     terms: Sequence[tuple[str, float]], chunks: Sequence[ChunkView], limit: int = EXPLAIN_TERMS
 ) -> dict[str, float]:
     """The first `limit` key terms (best first) that `chunks` (one document) contain."""
-    held = {w for c in chunks for w in words(c.text)}
+    held = {w for c in chunks for w in index_words(c.text)}
     return dict([(term, weight) for term, weight in terms if term in held][:limit])
 
 

@@ -1,76 +1,26 @@
 """Snippets: the best short passage of a hit, with the query's terms marked.
 
 Terms match by Snowball stem ("terminate" marks "termination"), the way the full-text index
-matches them. Inside a chunk, overlapping sentence windows are scored by the identifiers they
-contain verbatim, then the number of distinct query terms, then total hits (BM25's idf is useless
-across overlapping windows of one chunk); the best window becomes the snippet.
+matches them (`docsearch.text` owns words, stems and identifiers). Inside a chunk, overlapping
+sentence windows are scored by the identifiers they contain verbatim, then the number of
+distinct query terms, then total hits (BM25's idf is useless across overlapping windows of one
+chunk); the best window becomes the snippet.
 Not here: PDF coordinates (we have none from pypdf), cross-chunk passages.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import TYPE_CHECKING
 
-WORD = re.compile(r"\w+", re.UNICODE)
-IDENTIFIER = re.compile(r"(?<![\w.])(?=[\w.:()/§-]*\d)[A-Za-z§]*[\w]*(?:[.:()/-]+\w+)+\)?")
+from docsearch.text import WORD, content_stems, identifiers, stem
+
+if TYPE_CHECKING:
+    from docsearch.query import ParsedQuery
+
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
-# A person names a handful of identifiers; a pasted table of numbers would otherwise cost one
-# phrase search each (1,400 of them took 2.4 s on a 36-chunk index).
-MAX_IDENTIFIERS = 16
-STOPWORDS = frozenset(
-    "a an and are as at be by for from has have in is it its of on or that the this to was "
-    "were will with which who what when where how why does do any all".split()
-)
-
-
-_per_thread = threading.local()
-
-
-def _stemmer():  # type: ignore[no-untyped-def]
-    """This thread's stemmer: PyStemmer's, Snowball's own C code for the English algorithm the
-    index's tokenizer runs (16x the pure-Python snowballstemmer, which cost a short query's
-    document search 10-15 ms on the words its snippets had not met yet). A Snowball stemmer
-    keeps the word it works on in itself, so one shared by threads (the server's) would mix
-    their words up."""
-    stemmer = getattr(_per_thread, "stemmer", None)
-    if stemmer is None:
-        import Stemmer
-
-        stemmer = _per_thread.stemmer = Stemmer.Stemmer("english")
-    return stemmer
-
-
-@lru_cache(maxsize=200_000)
-def stem(word: str) -> str:
-    """Snowball stem of a lower-cased word (cached: snippets stem the same words again and again)."""
-    return str(_stemmer().stemWord(word.lower()))
-
-
-# One search makes a snippet for each passage it shows (up to 30) from the same query: the
-# query's terms and identifiers are worked out once (a 200-word query: 8 ms a search).
-@lru_cache(maxsize=256)
-def query_terms(query: str) -> frozenset[str]:
-    """Stems of the query's content words; pieces of identifiers are left to `identifiers`."""
-    plain = IDENTIFIER.sub(" ", query)
-    return frozenset(stem(w) for w in WORD.findall(plain) if w.lower() not in STOPWORDS)
-
-
-@lru_cache(maxsize=256)
-def identifiers(query: str, limit: int = MAX_IDENTIFIERS) -> tuple[str, ...]:
-    """Identifier-like tokens that must match verbatim: '7.2(a)', '13485:2016', 'PPR-9087'.
-
-    The first `limit` distinct ones (ignoring case): each costs the lexical leg a phrase query.
-    """
-    found: dict[str, str] = {}
-    for match in IDENTIFIER.finditer(query):
-        found.setdefault(match.group(0).lower(), match.group(0))
-        if len(found) == limit:
-            break
-    return tuple(found.values())
 
 
 @dataclass(frozen=True)
@@ -161,10 +111,16 @@ def _best_window(
     return max(range(len(windows)), key=lambda i: (score(windows[i]), -i))
 
 
-def make_snippet(text: str, query: str, max_chars: int = 320, offset: int = 0) -> Snippet:
+def make_snippet(
+    text: str, query: str | ParsedQuery, max_chars: int = 320, offset: int = 0
+) -> Snippet:
     """The best window of `text` for `query`, with marks; `text` starts at character `offset`
-    of its document (a chunk's char_start), so the snippet's span is the document's."""
-    terms, idents = query_terms(query), identifiers(query)
+    of its document (a chunk's char_start), so the snippet's span is the document's. A search
+    passes its ParsedQuery (its stems and identifiers worked out once for all its snippets)."""
+    if isinstance(query, str):
+        terms, idents = content_stems(query), identifiers(query)
+    else:
+        terms, idents = query.stems, query.identifiers
     windows, sentences = _windows(text, max_chars)
     best = 0
     if len(windows) > 1 and (terms or idents):

@@ -11,8 +11,8 @@ import pytest
 from docsearch import common_words as cw
 from docsearch.fusion import LONG_QUERY_WORDS
 from docsearch.retriever import Retriever
-from docsearch.snippets import stem
 from docsearch.store.reads import Store
+from docsearch.text import stem
 from tests.helpers import index_into
 
 RARE = ["quarterly", "audit", "ledger", "pension", "tariff", "harbour", "vaccine", "turbine"]

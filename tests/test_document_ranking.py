@@ -9,7 +9,9 @@ candidates, with the rules' arithmetic written out by hand (not docsearch.fusion
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import shutil
 from pathlib import Path
 
@@ -237,9 +239,38 @@ def test_a_document_shows_its_best_passages(corpus: tuple[str, Path]) -> None:
     assert shown["passages"][0]["snippet"] == first.snippet.marked()
     assert {"pages", "score", "snippet_span"} <= shown["passages"][1].keys()
     assert "text" not in shown["passages"][1]  # the document's text is the hit's, not repeated
-    # Passage search returns chunks, each its own evidence.
+    # Passage search returns chunks, each its own evidence: the hit holds that one passage
+    # (its JSON lists none beyond the hit's own fields).
     passages = Retriever("lex", db=db).search(QUERY, k=3, mode="lexical", granularity="passage")
-    assert passages[0].doc_id == single.doc_id and passages[0].passages == ()
+    assert passages[0].doc_id == single.doc_id and passages[0].granularity == "passage"
+    assert passages[0].passages == (passages[0].best,) and passages[0].as_dict()["passages"] == []
+    assert passages[0].score == passages[0].best.score  # a passage hit scores as its passage
+
+
+def test_a_document_hit_holds_its_passages_and_reads_the_first_for_old_code(
+    corpus: tuple[str, Path],
+) -> None:
+    """A hit is not a passage: it holds them (best first) and its own score; the fields a hit
+    had when it was its first passage read that passage."""
+    from docsearch.hits import Hit, Passage
+
+    db, _ = corpus
+    hit = Retriever("lex", db=db).search(QUERY, k=1, mode="lexical")[0]
+    assert not isinstance(hit, Passage) and isinstance(hit, Hit)
+    best = hit.best
+    assert hit.passages[0] is best and hit.score != best.score  # fused, not the chunk's
+    old = ("text", "chunk_id", "snippet", "pages", "page", "cite", "provenance", "char_start")
+    assert all(getattr(hit, name) == getattr(best, name) for name in old)
+    assert (hit.path, hit.title, hit.doc_id) == (best.path, best.title, best.doc_id)
+    with pytest.raises(AttributeError, match="no attribute 'passage_count'"):
+        hit.passage_count  # noqa: B018 - only a passage's own fields are read through
+    shown = hit.as_dict()
+    assert shown["score"] == hit.score and shown["scores"] == hit.scores
+    assert shown["chunk_id"] == best.chunk_id and len(shown["passages"]) == len(hit.passages)
+    # The UI keeps hits in its state (copied) and a server may pickle them: the read-through
+    # must not get in the way.
+    for again in (copy.deepcopy(hit), pickle.loads(pickle.dumps(hit))):
+        assert again == hit and again.snippet == best.snippet
 
 
 def test_a_document_search_reads_the_text_of_the_chunks_it_shows(

@@ -17,8 +17,8 @@ from docsearch.app.cli import app
 from docsearch.errors import UsageError
 from docsearch.indexer.filters import FILTER_COLUMNS, ChunkFilter, compile_where, glob_to_like
 from docsearch.retriever import MAX_QUERY_CHARS, Retriever, clean_query
-from docsearch.snippets import MAX_IDENTIFIERS, identifiers
 from docsearch.store.schema import CollectionMeta, chunks_schema
+from docsearch.text import MAX_IDENTIFIERS, identifiers
 from tests.fakes import HashingEncoder
 from tests.helpers import index_samples
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import docsearch.retriever as retriever_module
+import docsearch.ranking as ranking_module
 from docsearch.instruments import OPENING_CHARS, Instrument, in_query, matches, own
 from docsearch.retriever import Retriever
 from tests.helpers import index_into
@@ -107,10 +107,10 @@ def test_the_named_amendment_is_lifted_above_its_siblings(
     family: Retriever, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     query = f"Consider the Amendment No. 3 to the {TITLE}; what does it change?"
-    monkeypatch.setattr(retriever_module, "LIFT_INSTRUMENTS", False)
+    monkeypatch.setattr(ranking_module, "LIFT_INSTRUMENTS", False)
     unlifted = _names(family, query)
     assert unlifted[0] != "amendment3.txt"  # the family's shared words rank another first
-    monkeypatch.setattr(retriever_module, "LIFT_INSTRUMENTS", True)
+    monkeypatch.setattr(ranking_module, "LIFT_INSTRUMENTS", True)
     hits = family.search(query, k=5)
     assert [Path(h.path).name for h in hits][0] == "amendment3.txt"
     assert hits[0].scores["instrument"] == {"rank": 1, "score": 1.0}
@@ -126,7 +126,7 @@ def test_a_query_naming_no_instrument_keeps_the_fused_order(
 ) -> None:
     query = f"the amendment to the {TITLE} about the warranty"
     lifted = family.search(query, k=5)
-    monkeypatch.setattr(retriever_module, "LIFT_INSTRUMENTS", False)
+    monkeypatch.setattr(ranking_module, "LIFT_INSTRUMENTS", False)
     plain = family.search(query, k=5)
     assert [(h.path, h.score) for h in lifted] == [(h.path, h.score) for h in plain]
     assert all("instrument" not in h.scores for h in lifted)
@@ -137,5 +137,5 @@ def test_an_instrument_no_document_is_leaves_the_order(
 ) -> None:
     query = f"Consider the Amendment No. 7 to the {TITLE}"
     lifted = _names(family, query)
-    monkeypatch.setattr(retriever_module, "LIFT_INSTRUMENTS", False)
+    monkeypatch.setattr(ranking_module, "LIFT_INSTRUMENTS", False)
     assert lifted == _names(family, query)

@@ -7,7 +7,9 @@ import pytest
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion, blend, ranks
 from docsearch.indexer.filters import ChunkFilter
-from docsearch.retriever import MAX_PASSAGES, Retriever
+from docsearch.query import ParsedQuery
+from docsearch.ranking import MAX_PASSAGES, DocumentRanker
+from docsearch.retriever import Retriever
 from docsearch.store.schema import Candidate
 from tests.helpers import index_samples
 
@@ -247,15 +249,16 @@ def test_documents_no_chunk_pool_reached_get_the_passages_a_search_within_each_f
     query = "confidential information supplier patient pump agreement"
     docs = {c.doc_id: c.path for c in retriever.store.search_text(query, 100, None)}
     assert len(docs) >= 4
-    together = retriever._passages_of(docs, query, query, None)
+    ranker = DocumentRanker(retriever.store)
+    together = ranker.passages_of(docs, ParsedQuery.parse(query), None)
     assert set(together) == set(docs)
     for doc, path in docs.items():
         alone = retriever.store.search_text(query, MAX_PASSAGES, ChunkFilter(paths=[path]))
         assert [p.chunk_id for p in together[doc]] == [c.chunk_id for c in alone], path
         assert [p.score for p in together[doc]] == pytest.approx([c.score for c in alone])
     first = next(iter(docs))
-    shown = retriever._passages_of(
-        {"nothing": "/nowhere/at/all.txt", first: docs[first]}, query, query, None
+    shown = ranker.passages_of(
+        {"nothing": "/nowhere/at/all.txt", first: docs[first]}, ParsedQuery.parse(query), None
     )
     assert shown["nothing"] == [] and shown[first] == together[first]
 
@@ -272,12 +275,12 @@ def test_the_lift_raises_pool_chunks_holding_identifiers_and_keeps_other_phrase_
     """Without a phrase search (a document rule) the BM25 pool's own chunks that hold an
     identifier verbatim still come first; a phrase hit that lacks it verbatim ("7.2 (a)") is
     not added, since its phrase score is not on the BM25 scale."""
-    from docsearch.retriever import _lift
+    from docsearch.ranking import lift
 
-    query = "notice under section 7.2(a)"
+    query = ParsedQuery.parse("notice under section 7.2(a)")
     found = [_chunk("plain", "notice of termination", 9.0), _chunk("held", "per 7.2(a)", 2.0)]
-    assert [c.chunk_id for c in _lift(query, found, [], 10)] == ["held", "plain"]
+    assert [c.chunk_id for c in lift(query, found, [], 10)] == ["held", "plain"]
     apart = _chunk("apart", "see 7.2 (a) for notice", 30.0)
-    lifted = _lift(query, found, [apart, _chunk("phrase", "clause 7.2(a)", 1.0)], 10)
+    lifted = lift(query, found, [apart, _chunk("phrase", "clause 7.2(a)", 1.0)], 10)
     assert [c.chunk_id for c in lifted] == ["held", "phrase", "plain"]
     assert [c.raw_score for c in lifted] == [2.0, 1.0, 9.0]  # the true scores stay

@@ -22,8 +22,9 @@ from docsearch.app.cli import app
 from docsearch.errors import UsageError
 from docsearch.fusion import Fusion
 from docsearch.retriever import Retriever
-from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats, words
+from docsearch.similar import ChunkMatch, TermStats, _stats, collection_stats
 from docsearch.store.database import Database, cache_file
+from docsearch.text import index_words as words
 from tests.helpers import index_into, make_docx, make_pdf, running_as_root, scan_image
 
 PUMP = [

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from docsearch import snippets
+from docsearch import text
 
 SUFFIXES = ["ational", "ization", "fulness", "iveness", "ing", "edly", "ness", "ement", "ously"]
 
@@ -40,13 +40,13 @@ def test_threads_stemming_at_once_get_the_single_thread_stems(fast_thread_switch
     words = fresh_words(2000, seed=random.SystemRandom().randrange(1 << 30))
     reference = EnglishStemmer()
     expected = {word: reference.stemWord(word) for word in words}
-    snippets.stem.cache_clear()
+    text.stem.cache_clear()
     got: dict[str, str] = {}
     errors: list[BaseException] = []
 
     def stem_all(part: list[str]) -> None:
         try:
-            got.update((word, snippets.stem(word)) for word in part)
+            got.update((word, text.stem(word)) for word in part)
         except Exception as exc:  # noqa: BLE001 - a crashed stemmer is the failure reported
             errors.append(exc)
 

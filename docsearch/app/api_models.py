@@ -124,7 +124,10 @@ class Hit(ChunkPassage):
     scores: dict[str, dict[str, float]] = Field(
         description="per leg (dense, lexical, doc_dense, doc_lexical...) and fused: rank, score"
     )
-    passages: list[PassageView]
+    passages: list[PassageView] = Field(
+        description="a document's best passages, best first (the hit's own passage fields are "
+        "the first's); empty for a passage search's hit, which is its passage"
+    )
 
 
 class PassagePair(BaseModel):

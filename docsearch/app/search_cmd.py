@@ -81,7 +81,7 @@ def _format_hit(rank: int, hit: Any) -> str:
         lines.append(f"   {hit.provenance}")
     if hit.heading_path:
         lines.append(f"   § {hit.heading_path}")
-    if hit.passages:
+    if hit.granularity == "document":
         lines += [f"   p. {p.cite}: {p.snippet.marked()}" for p in hit.passages]
     else:
         lines.append(f"   {hit.snippet.marked()}")

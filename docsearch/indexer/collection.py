@@ -11,7 +11,6 @@ cannot run here. `encoder="none"` asks for a lexical-only collection on purpose.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from docsearch.store.reads import Store
 from docsearch.store.schema import CollectionMeta, check_compatible, validate_name
 from docsearch.store.versions import Refused, Run, VersionState
 from docsearch.store.writes import Writer
+from docsearch.text import WORD
 
 if TYPE_CHECKING:
     from docsearch.config import Settings
@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 LEXICAL_ONLY = "none"
 DEFAULT_LEXICAL_WINDOW = 400  # words per chunk when there is no encoder to set the window
-_WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -47,11 +46,11 @@ class Prepared:
 
 
 def word_count(texts: Sequence[str]) -> list[int]:
-    return [len(_WORD.findall(t)) for t in texts]
+    return [len(WORD.findall(t)) for t in texts]
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
-    return [m.span() for m in _WORD.finditer(text)]
+    return [m.span() for m in WORD.finditer(text)]
 
 
 def chunk_budget(encoder: Encoder | None, cap: int | None) -> int:

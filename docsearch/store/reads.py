@@ -257,7 +257,9 @@ class Store:
         if not self.has_vectors:
             raise UsageError(f"collection {self.name!r} has no vectors (lexical only)")
         columns = result_columns(False)
-        exact = None if _narrows(where) else self._exact["chunks"].of(self.dataset("chunks"), columns)
+        exact = (
+            None if _narrows(where) else self._exact["chunks"].of(self.dataset("chunks"), columns)
+        )
         if exact is not None:
             found = [candidate(r, r.pop("_similarity")) for r in exact.nearest(vector, k)]
             return self.with_text(found) if text else found

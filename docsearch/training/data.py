@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,10 +43,10 @@ from docsearch.indexer.chunk import Chunker
 from docsearch.indexer.extract import build_document, extract
 from docsearch.indexer.plan import walk
 from docsearch.store.reads import Store
+from docsearch.text import WORD
 from docsearch.training import pseudo
 
 MARGIN = 0.95  # mined negatives must score below MARGIN x the positive
-_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ class TrainingData:
 
 
 def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+    return WORD.findall(text.lower())
 
 
 def text_id(text: str) -> str:

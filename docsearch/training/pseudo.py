@@ -19,22 +19,22 @@ import re
 from collections.abc import Mapping, Sequence
 
 from docsearch.indexer.chunk import Span, heading_level, heading_title, split_sentences
+from docsearch.text import WORD
 
 MIN_BODY_WORDS = 20  # a positive shorter than this teaches nothing
 SPAN_WORDS = (6, 40)  # sentence lengths that make a plausible query
-_WORD = re.compile(r"\w+")
 _NUMBERING = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3})*[.)]?|[IVXLC]+\.|[A-Z]\.)\s+")
 
 Found = list[tuple[str, str, str]]  # (query, positive, origin)
 
 
 def n_words(text: str) -> int:
-    return len(_WORD.findall(text))
+    return len(WORD.findall(text))
 
 
 def heading_key(line: str) -> str:
     """A heading without numbering, markup or case: what makes two headings 'the same'."""
-    return " ".join(_WORD.findall(_NUMBERING.sub("", heading_title(line)).lower()))
+    return " ".join(WORD.findall(_NUMBERING.sub("", heading_title(line)).lower()))
 
 
 def plausible_query(title: str) -> bool:

@@ -173,6 +173,52 @@ def test_encoder_none_makes_a_lexical_collection_from_the_cli(tmp_path: Path) ->
 
 
 # ---------------------------------------------------------------------------------------------
+# A hit as the schema describes it, and as a user reads its score
+
+
+def test_the_schema_describes_a_hit_with_its_passages_and_scores(site: Site) -> None:
+    schema = site.as_(None).get("/openapi.json").json()
+    models = schema["components"]["schemas"]
+
+    def resolved(node: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in node:
+            node = models[node["$ref"].rsplit("/", 1)[-1]]
+        return node
+
+    for route, extra in (("search", set()), ("similar", {"terms", "pairs", "query_passage"})):
+        post = schema["paths"][f"{V1}/collections/{{name}}/{route}"]["post"]
+        answer = resolved(post["responses"]["200"]["content"]["application/json"]["schema"])
+        assert answer["properties"]["mode"]["type"] == "string"
+        hit = resolved(answer["properties"]["hits"]["items"])
+        fields = hit["properties"]
+        assert {"path", "title", "doc_id", "score", "scores", "passages", *extra} <= set(fields)
+        assert fields["score"]["type"] == "number"
+        per_leg = fields["scores"]["additionalProperties"]  # leg -> {"rank": .., "score": ..}
+        assert per_leg["additionalProperties"]["type"] == "number"
+        passage = resolved(fields["passages"]["items"])
+        assert {"score", "snippet", "pages", "page", "chunk_id"} <= set(passage["properties"])
+
+
+def test_a_lone_hit_shows_a_score_a_user_can_read(site: Site) -> None:
+    """A collection of one document answers with one hit: its score is its legs' weights (no
+    leg can tell one document from others), never the "0.0000" a z-score of one would be; in
+    the API, the CLI and the UI alike."""
+    from docsearch.app.web.actions import score_line
+    from docsearch.retriever import Retriever
+
+    answer = site.as_("full").post(f"{V1}/collections/colla/search", {"query": "alpha apples"})
+    (hit,) = answer.json()["hits"]
+    assert hit["score"] > 0.5 and hit["scores"]["fused"]["score"] == hit["score"]
+    shown = run_cli(
+        "search", "alpha apples", "--collection", "colla", env={"DOCSEARCH_DB": site.db}
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"score {hit['score']:.4f}" in shown.stdout and "score 0.0000" not in shown.stdout
+    (found,) = Retriever("colla", db=site.db).search("alpha apples")
+    assert score_line(found).startswith(f"score {hit['score']:.4f}")
+
+
+# ---------------------------------------------------------------------------------------------
 # The OpenAPI schema, checked by schemathesis
 
 

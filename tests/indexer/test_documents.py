@@ -137,7 +137,7 @@ def test_vector_search_deeper_than_the_ann_beam_answers_on_an_indexed_table(
 ) -> None:
     """Document search asks the vector legs for 500 rows; past VECTOR_INDEX_MIN_ROWS the tables
     have an HNSW index, which refuses k above its beam (ef) unless the query widens it."""
-    from docsearch.retriever import CHUNK_POOL, DOC_POOL
+    from docsearch.search_plan import CHUNK_POOL, DOC_POOL
     from docsearch.store.indexes import IndexBuild
     from docsearch.store.reads import ANN_SEARCH
 

@@ -25,6 +25,7 @@ from docsearch.app.web.actions import (
 from docsearch.app.web.files import FileRefusedError
 from docsearch.config import Settings
 from docsearch.errors import UsageError
+from docsearch.hits import Hit
 from docsearch.snippets import Snippet
 from docsearch.store.schema import FileRecord
 from tests.helpers import REPO
@@ -49,6 +50,11 @@ def client(corpus: Corpus) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # Pure helpers
+
+
+def with_first(hit: Hit, **changes: Any) -> Hit:
+    """`hit` with its first passage (what a result shows first) changed."""
+    return replace(hit, passages=(replace(hit.best, **changes), *hit.passages[1:]))
 
 
 def test_parse_day_and_date_filter() -> None:
@@ -99,7 +105,7 @@ def test_search_ranks_the_pdf_first_with_its_page_and_marks(ctx: UIContext) -> N
 
 def test_results_html_escapes_document_text(ctx: UIContext) -> None:
     found = ctx.search("escrow", "docs", "lexical", 5, Filters())
-    found.hits[0] = replace(found.hits[0], title='<img src=x onerror="alert(1)">')
+    found.hits[0] = with_first(found.hits[0], title='<img src=x onerror="alert(1)">')
     page = results_html(found)
     assert "<img src=x" not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
 
@@ -107,7 +113,7 @@ def test_results_html_escapes_document_text(ctx: UIContext) -> None:
 def test_a_hit_read_by_ocr_carries_the_ocr_badge(ctx: UIContext) -> None:
     found = ctx.search("escrow", "docs", "lexical", 5, Filters())
     assert 'class="ds-ocr"' not in results_html(found)
-    found.hits[0] = replace(found.hits[0], ocr=True)
+    found.hits[0] = with_first(found.hits[0], ocr=True)
     assert results_html(found).count('class="ds-ocr"') == 1
 
 
@@ -119,7 +125,7 @@ def test_snippets_are_marked_by_their_spans_even_when_the_text_has_stars(
     snippet = Snippet(text, spans)
     assert snippet.marked() == "a **bold** claim on **termination** for **cause**"
     found = ctx.search("escrow", "docs", "lexical", 5, Filters())
-    found.hits[0] = replace(found.hits[0], snippet=snippet)
+    found.hits[0] = with_first(found.hits[0], snippet=snippet)
     assert "a **bold** claim on <mark>termination</mark> for <mark>cause</mark>" in results_html(
         found
     )
@@ -182,7 +188,8 @@ def test_preview_refuses_paths_it_was_not_given_by_a_search(ctx: UIContext, corp
     hit = ctx.search("termination for cause", "docs", "lexical", 1, Filters()).hits[0]
     for path in ("/etc/passwd", str(corpus.secret), corpus.doc("link-out.md"), "../../etc/passwd"):
         with pytest.raises(FileRefusedError):
-            ctx.preview(Picked(replace(hit, path=path), "docs", "x"))
+            moved = tuple(replace(p, path=path) for p in hit.passages)
+            ctx.preview(Picked(replace(hit, passages=moved), "docs", "x"))
 
 
 def test_index_from_the_ui_reports_failed_and_skipped_files(corpus: Corpus, tmp_path: Path) -> None:

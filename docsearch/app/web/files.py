@@ -26,9 +26,10 @@ from typing import Any
 from docsearch import paths
 from docsearch.errors import UsageError
 from docsearch.indexer.plan import DEFAULT_EXCLUDES, sha256_bytes
-from docsearch.snippets import identifiers, mark_spans, query_terms
+from docsearch.snippets import mark_spans
 from docsearch.store.reads import Store
 from docsearch.store.schema import FileRecord
+from docsearch.text import content_stems, identifiers
 
 MAX_DOCUMENT_BYTES = 512 * 1024 * 1024  # larger files are not previewed or served
 PREVIEW_WIDTH_PX = 900  # rendered PDF page width
@@ -279,7 +280,7 @@ def pdf_page_html(data: bytes, number: int, query: str, passage: str = "") -> st
         page = pdf[number - 1]
         textpage = page.get_textpage()
         text, size = textpage.get_text_range(), page.get_size()
-        terms = mark_spans(text, query_terms(query), identifiers(query))
+        terms = mark_spans(text, content_stems(query), identifiers(query))
         found = passage_span(text, passage) if passage else None
         boxes = [
             f'<div class="ds-box ds-passage" style="{b}"></div>'
@@ -319,7 +320,7 @@ def text_preview_html(
     `page_starts` lists (page number, character offset) so page breaks show in the text.
     """
     lo, hi = max(0, span[0] - TEXT_CONTEXT_CHARS), min(len(text), span[1] + TEXT_CONTEXT_CHARS)
-    terms = mark_spans(text[passage[0] : passage[1]], query_terms(query), identifiers(query))
+    terms = mark_spans(text[passage[0] : passage[1]], content_stems(query), identifiers(query))
     # (offset, order, tag): at one offset, closing tags (inner first) come before opening ones.
     events = [
         (span[0], 4, '<span class="ds-chunk">'),
