@@ -13,7 +13,7 @@ their pages): with vectors, the chunk pairs of highest cosine (`ChunkMatch`, whi
 the `chunk_dense` leg: each query chunk's best match, averaged); without, the passage of each
 document holding most of the shared terms.
 Not here: the legs and their fusion (`similar_search.py`, `fusion.SIMILAR_RULES`), reading Lance
-(`indexer/store.py`), rendering (`app/similar_cmd.py`).
+(`store/`), rendering (`app/similar_cmd.py`).
 """
 
 from __future__ import annotations
