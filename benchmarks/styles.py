@@ -900,7 +900,7 @@ def markdown(payload: dict[str, Any], command: str) -> str:
         "- modes: BM25 = whole-document BM25 (rank-bm25, k1 0.9, b 0.4); lexical, vector = the "
         "modes; hybrid before = the rule of 12bf41f; hybrid = fusion.document_rule now (a "
         "short query of key terms, fusion.is_key_terms: a list, or 6+ words without a stop "
-        "word, by TERM_LIST_RULE; another short query whose words whole-document BM25 matched "
+        "word but an 'of' inside a term, by TERM_LIST_RULE; another short query whose words whole-document BM25 matched "
         "in under half the documents the doc-vector leg returned with the lexical legs 0.3 : "
         f"0.3, fusion.RARE_TERMS: `{SHIPPED}`). All through docsearch.fusion over legs "
         "searched once through the real store.",
