@@ -268,23 +268,21 @@ def is_keyword_query(query: str) -> bool:
     """Whether `query` is key terms without separators: KEYWORD_WORDS or more words, none of
     them a stop word but joiners (KEY_TERM_JOINERS), each between two words that are not stop
     words, at most one word in three."""
-    tokens = query.split()
+    tokens = query.lower().split()
     if len(tokens) < KEYWORD_WORDS:
         return False
-    # the pieces of "E-MOT-21" are words, but one word long; "it's" holds a stop word
-    pieces = [[w.lower() for w in WORD.findall(token)] for token in tokens]
-    stop = [any(w in STOPWORDS for w in words) for words in pieces]
-    if 3 * sum(stop) > len(tokens):
-        return False
-    return all(
-        0 < i < len(tokens) - 1
-        and not stop[i - 1]
-        and not stop[i + 1]
-        and len(words) == 1
-        and words[0] in KEY_TERM_JOINERS
-        for i, words in enumerate(pieces)
-        if stop[i]
-    )
+    joiners, after_stop = 0, False
+    for i, token in enumerate(tokens):
+        # the pieces of "E-MOT-21" are words, but one word long; "it's" holds a stop word
+        words = WORD.findall(token)
+        stop = any(w in STOPWORDS for w in words)
+        if stop and (after_stop or not 0 < i < len(tokens) - 1):
+            return False  # a stop word at an edge or beside another: not inside a term
+        if stop and (len(words) != 1 or words[0] not in KEY_TERM_JOINERS):
+            return False  # a function word of prose: a sentence or a question
+        joiners += stop
+        after_stop = stop
+    return 3 * joiners <= len(tokens)
 
 
 def is_key_terms(query: str) -> bool:
