@@ -8,8 +8,9 @@ measures on speed.py's synthetic 100k-chunk collection (query encoding excluded,
 - `a/b`: the shipped rules (fusion.form_rule: key terms by TERM_LIST_RULE, RareTerms on the
   four-leg rule) against the rule-free hybrid of 12bf41f (the four-leg rule for every short query:
   a Retriever given `DOCUMENT_RULES["hybrid"]` without `rare`), in interleaved rounds (the order
-  flips each round) over three kinds of short query: speed.py's 3 words, 6 space-separated
-  words (key terms now: no dense legs) and 3 comma-separated terms (a list now).
+  flips each round) over four kinds of short query: speed.py's 3 words, 6 space-separated
+  words (key terms now: no dense legs), 3 comma-separated terms (a list now) and 6 words with
+  an "of" inside (key terms since the joiner).
 Writes benchmarks/results/rule_latency.{json,md}; the load average is recorded per round.
 """
 
@@ -35,6 +36,7 @@ if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the 
 from benchmarks import speed  # noqa: E402
 
 SIZE = 100_000
+NOTES = "<!-- notes: kept across runs -->"
 VARIANTS = ("shipped", "rule-free")
 
 
@@ -48,6 +50,7 @@ def query_kinds(rng: np.random.Generator, vocab: list[str], n: int) -> dict[str,
         "3 words": [" ".join(words(3)) for _ in range(n)],
         "6 words": [" ".join(words(6)) for _ in range(n)],
         "3-term list": [", ".join(words(3)) for _ in range(n)],
+        "6 words, an inner 'of'": [" ".join([*words(2), "of", *words(3)]) for _ in range(n)],
     }
 
 
@@ -186,7 +189,10 @@ def main() -> None:
     result["a_b"] = a_b(db, args.queries, args.rounds)
     out = speed.RESULTS
     (out / "rule_latency.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "rule_latency.md").write_text(markdown(result))
+    page = out / "rule_latency.md"
+    old = page.read_text() if page.is_file() else ""
+    kept = old.split(NOTES, 1)[1] if NOTES in old else "\n"  # notes written by hand survive
+    page.write_text(markdown(result) + "\n" + NOTES + kept)
     print(markdown(result))
 
 
