@@ -137,11 +137,12 @@ SAMPLES = (
 # Query styles: the same need typed the ways users type it
 
 
-STYLES = ("original", "keywords", "first words", "phrases", "boolean", "quoted")
+STYLES = ("original", "keywords", "first words", "phrases", "boolean", "quoted", "spaced")
 _EDGE = re.compile(r"^[^\w]+|[^\w]+$")
 
 
 _BREAK = re.compile(r"[,;:.!?)]$")
+_SEPARATORS = re.compile(r"\s*[,;\n]\s*")
 
 
 def _tokens(text: str) -> list[tuple[str, bool, bool]]:
@@ -185,6 +186,8 @@ def restyle(text: str, style: str, key: str) -> str:
         longest = max(runs, key=lambda r: (len(r.split()), -runs.index(r)))
         rest = [w for w in words if w not in longest.split()]
         return " ".join([f'"{longest}"', *rest[:6]])
+    if style == "spaced":  # the original typed without separators, its stop words kept
+        return _SEPARATORS.sub(" ", text).strip()
     raise ValueError(f"unknown style {style!r}")
 
 
@@ -897,7 +900,7 @@ def markdown(payload: dict[str, Any], command: str) -> str:
         "- modes: BM25 = whole-document BM25 (rank-bm25, k1 0.9, b 0.4); lexical, vector = the "
         "modes; hybrid before = the rule of 12bf41f; hybrid = fusion.document_rule now (a "
         "short query of key terms, fusion.is_key_terms: a list, or 6+ words without a stop "
-        "word, by TERM_LIST_RULE; another short query whose words whole-document BM25 matched "
+        "word but an 'of' inside a term, by TERM_LIST_RULE; another short query whose words whole-document BM25 matched "
         "in under half the documents the doc-vector leg returned with the lexical legs 0.3 : "
         f"0.3, fusion.RARE_TERMS: `{SHIPPED}`). All through docsearch.fusion over legs "
         "searched once through the real store.",
@@ -1011,6 +1014,8 @@ STYLE_ABOUT = {
     "semicolon-separated (a catchphrase list)",
     "boolean": "its first 8 content words joined by AND",
     "quoted": "its longest key phrase in double quotes, then up to 6 other content words",
+    "spaced": "the original with its commas, semicolons and line breaks dropped, stop words "
+    "kept (key terms typed without separators: 'burden of proof res judicata')",
 }
 
 

@@ -80,6 +80,18 @@ def lexical_rule_when(lead: float) -> Any:
     return S.evidence(change)
 
 
+def key_terms_weighed(weights: list[float] | None) -> Any:
+    """Key terms (no dense legs under the rule before) take `weights` (HYBRID_LEGS order), or
+    the lexical mode's rule (None): the scisummnet-acl quoted cell, issue 37's fourth round."""
+
+    def change(row: Any, today: np.ndarray) -> np.ndarray | None:
+        if today[2:].any():
+            return today
+        return None if weights is None else np.array(weights)
+
+    return S.evidence(change)
+
+
 def both(*attempts: Any) -> Any:
     """The first attempt's ranking where it differs from TODAY's, else the next one's."""
     today = S.ATTEMPTS[S.TODAY]
@@ -160,6 +172,16 @@ def attempts() -> dict[str, Any]:
             )
             for t in (3.0, 3.3)
         },
+        **{
+            f"shipped + key terms: zscore doc BM25 {d} : chunk BM25 {c}": both(
+                key_terms_weighed([d, c, 0.0, 0.0]), shipped
+            )
+            for d, c in ((0.4, 0.6), (0.5, 0.5), (0.67, 0.33))
+        },
+        "shipped + key terms: zscore 0.3 / 0.6 + dense 0.05 / 0.05": both(
+            key_terms_weighed([0.3, 0.6, 0.05, 0.05]), shipped
+        ),
+        "shipped + key terms: the lexical mode's rule": both(key_terms_weighed(None), shipped),
     }
 
 

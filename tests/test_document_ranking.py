@@ -403,13 +403,21 @@ def test_which_queries_are_lists_of_terms(query: str, terms: bool) -> None:
         ("Tirasemtiv targets cardiac muscle fibres directly", True),  # six words: the floor
         ("Improved Statistical Alignment Models", False),  # a title: a search box's length
         ("capital gains agricultural land exemption", False),  # five words: under the floor
-        ("burden of proof reasonable doubt circumstantial evidence", False),  # "of"
+        ("burden of proof reasonable doubt circumstantial evidence", True),  # "of" inside a term
+        ("administration of justice criminal contempt appeal", True),
+        ("burden of proof res judicata", False),  # a joiner, but five words: under the floor
+        ("right to die right to live suicide", False),  # "to" is no joiner (claims hold it)
+        ("of burden proof res judicata estoppel", False),  # "of" at the edge joins nothing
+        ("law of the land public order maintenance", False),  # "of the": two stop words
+        ("burden of proof of guilt of accused persons", False),  # three joiners in 8 words
+        ("Deletion of Crb1 causes retinal degeneration in mice", False),  # "in": a sentence
         ("What did the committee decide about the budget", False),
     ],
 )
 def test_which_queries_are_key_terms_without_separators(query: str, keywords: bool) -> None:
-    """Six or more words, none a stop word, are key terms typed without commas: the short
-    hybrid query takes TERM_LIST_RULE as a comma list does; titles and sentences do not."""
+    """Six or more words, none a stop word but an "of" inside a term, are key terms typed
+    without commas: the short hybrid query takes TERM_LIST_RULE as a comma list does; titles
+    and sentences do not."""
     assert is_keyword_query(query) is keywords
     assert not is_term_list(query)
     assert (document_rule("hybrid", query) is TERM_LIST_RULE) is keywords
@@ -429,3 +437,18 @@ def test_key_terms_without_commas_are_not_encoded(corpus: tuple[str, Path]) -> N
     listed = retriever.search("coolant pump, vibration, night shift, bearing", k=5)
     assert [h.doc_id for h in spaced] == [h.doc_id for h in listed]
     assert [h.score for h in spaced] == pytest.approx([h.score for h in listed], rel=1e-6)
+
+
+def test_key_terms_with_a_joiner_are_not_encoded(corpus: tuple[str, Path]) -> None:
+    """Key terms holding "of" inside a term run the lexical legs alone too; the same words
+    with a second stop word ("the") are a phrase of prose and take the four legs."""
+    db, _ = corpus
+    retriever = Retriever("hyb", db=db)
+    retriever._encoder = CountingEncoder(max_tokens=40)
+    CountingEncoder.calls = 0
+    joined = retriever.search("vibration of coolant pump night shift bearing", k=5)
+    assert CountingEncoder.calls == 0
+    assert {"doc_lexical", "lexical", "fused"} == set(joined[0].scores)
+    prose = retriever.search("vibration of the coolant pump night shift bearing", k=5)
+    assert CountingEncoder.calls == 1
+    assert {"doc_dense", "dense"} <= set(prose[0].scores)

@@ -1,0 +1,337 @@
+"""Key-term rules, fourth round (issue 37): the key-term rule's own legs, and key terms typed
+without separators that keep a joiner ("burden of proof res judicata estoppel").
+
+    python -m benchmarks.styles_terms [--cache DIR]
+
+Reads the legs `python -m benchmarks.styles collect` cached (the `spaced` style is the one these
+triggers are for: each original query with its separators dropped and its stop words kept) and
+ranks each (query, style) through the product's own fusion (`docsearch.fusion.Fusion`, the
+legs as styles.rule_legs hands them), one rule per attempt:
+- `rule:` attempts change what a key-term query is ranked by (fusion.TERM_LIST_RULE): the
+  lexical legs' weights, the chunk leg's aggregator, the normalisation, or a dense share;
+- `joined:` attempts widen what counts as key terms (fusion.is_key_terms) to queries whose only
+  stop words are joiners standing between two content words, as in "burden of proof".
+Each is judged as styles.py judges: per set x style cell, the margin over max(lexical mode,
+whole-document BM25) on the tuning and test splits, the original queries against the shipped
+rule, and leave one corpus group out. Writes results/styles_terms.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the checkout
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from benchmarks import styles as S  # noqa: E402
+from benchmarks.eval_sets import RESULTS, machine, machine_lines, write_results  # noqa: E402
+from docsearch import fusion  # noqa: E402
+from docsearch.fusion import (  # noqa: E402
+    DOCUMENT_RULES,
+    LONG,
+    LONG_QUERY_WORDS,
+    PLAIN,
+    TERM_LIST_RULE,
+    Fusion,
+    form_rule,
+    is_key_terms,
+)
+from docsearch.text import STOPWORDS, WORD  # noqa: E402
+
+Trigger = Callable[[str], bool]
+RuleOf = Callable[[str], Fusion]
+TOLERANCE = S.TOLERANCE
+SHIPPED = "shipped"
+
+
+def joined_terms(joiners: frozenset[str], max_share: float, words: int = 6) -> Trigger:
+    """At least `words` words whose stop words are all `joiners`, each between two words that
+    are not stop words, and at most `max_share` of the words."""
+
+    def trigger(text: str) -> bool:
+        tokens = text.split()
+        stop = [any(p.lower() in STOPWORDS for p in WORD.findall(t)) for t in tokens]
+        if len(tokens) < words or sum(stop) > max_share * len(tokens):
+            return False
+        for i, (token, is_stop) in enumerate(zip(tokens, stop, strict=True)):
+            if not is_stop:
+                continue
+            inside = 0 < i < len(tokens) - 1 and not stop[i - 1] and not stop[i + 1]
+            if not inside or token.lower().strip("\"'()") not in joiners:
+                return False
+        return True
+
+    return trigger
+
+
+def by_form(trigger: Trigger, key_rule: Fusion = TERM_LIST_RULE) -> RuleOf:
+    """The hybrid rule as fusion.form_rule picks it, key terms being `trigger`'s or
+    fusion.is_key_terms', ranked by `key_rule`."""
+
+    def rule(text: str) -> Fusion:
+        if len(text.split()) >= LONG_QUERY_WORDS:
+            return form_rule("hybrid", LONG)
+        if is_key_terms(text) or trigger(text):
+            return key_rule
+        return form_rule("hybrid", PLAIN)
+
+    return rule
+
+
+def never(text: str) -> bool:
+    return False
+
+
+OF = frozenset({"of"})
+OF_AND = frozenset({"of", "and"})
+OF_TO = frozenset({"of", "to"})
+PREPOSITIONS = frozenset({"of", "and", "or", "to", "in", "for", "by", "on", "with", "from", "as"})
+ARTICLES = PREPOSITIONS | {"the", "a", "an"}
+LEX = "lse@0.1"
+
+
+def key_rules() -> dict[str, Fusion]:
+    """The key-term rules tried in place of TERM_LIST_RULE."""
+    four = DOCUMENT_RULES["hybrid"]
+    return {
+        "rule: zscore doc BM25 0.4, chunk BM25 0.6": Fusion(
+            "zscore", {"doc_lexical": 0.4, "lexical": 0.6}, aggregate={"lexical": LEX}
+        ),
+        "rule: zscore doc BM25 1/2, chunk BM25 1/2": Fusion(
+            "zscore", {"doc_lexical": 0.5, "lexical": 0.5}, aggregate={"lexical": LEX}
+        ),
+        "rule: zscore doc BM25 2/3, chunk BM25 1/3": Fusion(
+            "zscore", {"doc_lexical": 2 / 3, "lexical": 1 / 3}, aggregate={"lexical": LEX}
+        ),
+        "rule: zscore 1/3 : 2/3, chunk BM25 sum@5": replace(
+            TERM_LIST_RULE, aggregate={"lexical": "sum@5"}
+        ),
+        "rule: minmax 1/3 : 2/3": replace(TERM_LIST_RULE, method="minmax"),
+        "rule: the lexical mode's rule": DOCUMENT_RULES["lexical"],
+        "rule: zscore 0.3 / 0.6 + dense 0.1": Fusion(
+            "zscore",
+            {"doc_lexical": 0.3, "lexical": 0.6, "doc_dense": 0.05, "dense": 0.05},
+            aggregate={"lexical": LEX},
+        ),
+        "rule: the four-leg rule with its rare-terms weights": four,
+    }
+
+
+def attempts() -> dict[str, RuleOf]:
+    out: dict[str, RuleOf] = {SHIPPED: by_form(never)}
+    out |= {name: by_form(never, rule) for name, rule in key_rules().items()}
+    for label, joiners in (
+        ("of", OF),
+        ("of, and", OF_AND),
+        ("of, to", OF_TO),
+        ("prepositions, and, or", PREPOSITIONS),
+        ("prepositions, and, or, articles", ARTICLES),
+    ):
+        for share in (0.2, 0.34):
+            for words in (6, 8):
+                name = f"joined: {words}+ words, joiners {label}, share <= {share}"
+                out[name] = by_form(joined_terms(joiners, share, words))
+    return out
+
+
+def rows(cache: Path) -> list[dict[str, Any]]:
+    """One row per (query, style): its cell, text, qrels, legs and the bar's two modes."""
+    out = []
+    for part in S.load_all(cache):
+        for style, got in part["styles"].items():
+            for q, text, legs in zip(part["queries"], got["texts"], got["legs"], strict=True):
+                out.append(
+                    {
+                        "group": part["sample"],
+                        "cell": (q.dataset, style),
+                        "role": q.role,
+                        "text": text,
+                        "qrels": q.qrels,
+                        "legs": legs,
+                        "BM25": S.ndcg10(legs["reference"], q.qrels),
+                        "lexical": S.ndcg10(S.fuse(DOCUMENT_RULES["lexical"], legs), q.qrels),
+                    }
+                )
+    return out
+
+
+def cell_means(rows: list[dict[str, Any]], values: list[float], role: str) -> dict[Any, float]:
+    acc: dict[Any, list[float]] = {}
+    for row, value in zip(rows, values, strict=True):
+        if row["role"] == role:
+            acc.setdefault(row["cell"], []).append(value)
+    return {cell: float(np.mean(v)) for cell, v in acc.items()}
+
+
+def study(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per attempt and role: worst margin, fails, mean, the original queries and the cell lost
+    most against the shipped rule, the `spaced` cells; and the LODO choice."""
+    tried = attempts()
+    values = {
+        name: [S.ndcg10(S.fuse(rule(r["text"]), r["legs"]), r["qrels"]) for r in rows]
+        for name, rule in tried.items()
+    }
+    shipped_rule = tried[SHIPPED]
+    touched = {
+        name: [rule(r["text"]) is not shipped_rule(r["text"]) for r in rows]
+        for name, rule in tried.items()
+    }
+    bars = {}
+    for role in ("tune", "test"):
+        bm25 = cell_means(rows, [r["BM25"] for r in rows], role)
+        lexical = cell_means(rows, [r["lexical"] for r in rows], role)
+        bars[role] = {c: max(bm25[c], lexical[c]) for c in bm25}
+    summary: dict[str, Any] = {}
+    for name, vals in values.items():
+        summary[name] = {"touched": sum(touched[name]), "caught": caught(rows, touched[name])}
+        for role in ("tune", "test"):
+            means = cell_means(rows, vals, role)
+            shipped = cell_means(rows, values[SHIPPED], role)
+            margins = {c: m - bars[role][c] for c, m in means.items()}
+            versus = {c: m - shipped[c] for c, m in means.items()}
+            worst, lost = min(margins, key=margins.__getitem__), min(versus, key=versus.__getitem__)
+            summary[name][role] = {
+                "worst": [*worst, margins[worst]],
+                "fails": [f"{c[0]} / {c[1]}" for c, m in margins.items() if m < -TOLERANCE],
+                "mean": float(np.mean(list(means.values()))),
+                "original": min(v for c, v in versus.items() if c[1] == "original"),
+                "most lost": [*lost, versus[lost]],
+                "spaced": {c[0]: means[c] for c in means if c[1] == "spaced"},
+                "margins": {f"{c[0]} / {c[1]}": margins[c] for c in margins},
+            }
+    return {"summary": summary, "lodo": lodo(rows, values, bars)}
+
+
+def caught(rows: list[dict[str, Any]], touched: list[bool]) -> dict[str, str]:
+    """How many rows the attempt ranks otherwise: the legal key-term lists typed without
+    separators that the shipped rule misses (irled2017-precedent `spaced`, short, not
+    fusion.is_key_terms) and every set's original queries."""
+
+    def missed(r: dict[str, Any]) -> bool:
+        short = len(r["text"].split()) < LONG_QUERY_WORDS
+        return r["cell"] == (S.IRLED, "spaced") and short and not is_key_terms(r["text"])
+
+    out = {}
+    for label, wanted in (
+        ("legal spaced", missed),
+        ("original", lambda r: r["cell"][1] == "original"),
+    ):
+        got = [t for r, t in zip(rows, touched, strict=True) if wanted(r)]
+        out[label] = f"{sum(got)} / {len(got)}"
+    return out
+
+
+def lodo(rows: list[dict[str, Any]], values: dict[str, list[float]], bars: dict) -> dict:
+    """Per corpus group: the attempt the other groups' tuning cells choose (worst margin, then
+    mean) among those that lose at most TOLERANCE on their original queries against the shipped
+    rule, and its test margins on the group left out."""
+    group_of = {r["cell"][0]: r["group"] for r in rows}
+    tune = {name: cell_means(rows, vals, "tune") for name, vals in values.items()}
+    test = {name: cell_means(rows, vals, "test") for name, vals in values.items()}
+    out = {}
+    for held in sorted(set(group_of.values())):
+        kept = [c for c in tune[SHIPPED] if group_of[c[0]] != held]
+        if not kept:  # one group collected: nothing to choose by
+            continue
+
+        def objective(name: str, kept: list = kept) -> tuple[float, float]:
+            margins = [tune[name][c] - bars["tune"][c] for c in kept]
+            return min(margins), float(np.mean([tune[name][c] for c in kept]))
+
+        def safe(name: str, kept: list = kept) -> bool:
+            return all(
+                tune[name][c] - tune[SHIPPED][c] >= -TOLERANCE for c in kept if c[1] == "original"
+            )
+
+        chosen = max((n for n in values if safe(n)), key=objective)
+        margins = {
+            f"{c[0]} / {c[1]}": test[chosen][c] - bars["test"][c]
+            for c in test[chosen]
+            if group_of[c[0]] == held
+        }
+        out[held] = {"chosen": chosen, "margins": margins}
+    return out
+
+
+def markdown(payload: dict[str, Any], command: str) -> str:
+    lines = [
+        "# Key-term rules: the rule's legs, and key terms without separators (issue 37)",
+        "",
+        *machine_lines(payload["machine"], command),
+        "- legs: the query-style suite's cache (benchmarks/styles.py, results/styles.md), the "
+        "`spaced` style included (each original query with its commas, semicolons and line "
+        "breaks dropped, stop words kept); every ranking through docsearch.fusion",
+        f"- shipped: fusion.document_rule at this commit (fusion.py crc {payload['fusion_crc']})",
+        "- bar: max(lexical mode, whole-document BM25) per set x style; fails: cells below "
+        "bar - 0.005; original: the lowest difference on a set's original queries against the "
+        "shipped rule; touched: (query, style) rows whose rule differs from the shipped one",
+        "",
+        "| attempt | touched | tune worst | tune fails | tune mean | tune original "
+        "| tune most lost | test worst | test fails | test mean | test original "
+        "| test most lost | irled spaced tune / test | legal spaced caught | original caught |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, got in payload["study"]["summary"].items():
+        cells = [str(got["touched"])]
+        for role in ("tune", "test"):
+            r = got[role]
+            cells += [
+                f"{r['worst'][0]} / {r['worst'][1]} {r['worst'][2]:+.4f}",
+                str(len(r["fails"])),
+                f"{r['mean']:.4f}",
+                f"{r['original']:+.4f}",
+                f"{r['most lost'][0]} / {r['most lost'][1]} {r['most lost'][2]:+.4f}",
+            ]
+        irled = [got[role]["spaced"].get(S.IRLED, float("nan")) for role in ("tune", "test")]
+        cells.append(f"{irled[0]:.4f} / {irled[1]:.4f}")
+        cells += [got["caught"]["legal spaced"], got["caught"]["original"]]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Leave one corpus group out",
+        "",
+        "The attempt the other groups' tuning cells choose (best worst margin, then best mean) "
+        "among those losing at most 0.005 on those groups' original queries against the shipped "
+        "rule, and its test margins on the group left out.",
+        "",
+        "| left out | chosen | worst test margin | cells below -0.005 |",
+        "|---|---|---|---|",
+    ]
+    for held, got in payload["study"]["lodo"].items():
+        worst = min(got["margins"].items(), key=lambda kv: kv[1])
+        below = ", ".join(f"{c} {m:+.4f}" for c, m in got["margins"].items() if m < -TOLERANCE)
+        lines.append(
+            f"| {held} | {got['chosen']} | {worst[0]} {worst[1]:+.4f} | {below or 'none'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=S.CACHE)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    got = rows(args.cache)
+    payload = {
+        "machine": machine(),
+        "fusion_crc": f"{zlib.crc32(Path(fusion.__file__).read_bytes()):08x}",
+        "rows": len(got),
+        "study": study(got),
+    }
+    command = "python -m benchmarks.styles_terms (after styles.py build and collect)"
+    write_results(RESULTS, "styles_terms", payload, markdown(payload, command))
+    print(markdown(payload, command))
+    print(f"{len(got)} rows, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
