@@ -49,7 +49,7 @@ def test_the_sample_gives_every_worker_a_full_batch_of_distinct_full_windows() -
 def test_torch_candidates_run_on_the_encoders_workers_at_their_own_batch_size(
     two_torch_threads: None,
 ) -> None:
-    """As indexing runs them on 2 threads: fp32 in 2 batches of 16 on 2 one-thread workers,
+    """As indexing runs them on 2 threads: fp32 in 2 batches of 16 on the encoder's workers,
     int8 in 8 batches of 4; the vectors come back in sample order."""
     models = {"fp32": Recorder(), "int8": Recorder()}
     sizes = {"fp32": 16, "int8": 4}
@@ -59,9 +59,8 @@ def test_torch_candidates_run_on_the_encoders_workers_at_their_own_batch_size(
         assert vectors[:, 0].tolist() == list(range(32))
         rows = sorted(r for r, _, _ in model.forwards)
         assert rows == [sizes[name]] * (32 // sizes[name])
-        assert {threads for _, _, threads in model.forwards} == {1}
+        # the workers' own thread counts are cpu_workers' (test_cpu_workers.py)
         assert all(where.startswith("docsearch-encode") for _, where, _ in model.forwards)
-    assert len({where for _, where, _ in models["int8"].forwards}) == 2  # both workers busy
     assert torch.get_num_threads() == 2
 
 
