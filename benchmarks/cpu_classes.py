@@ -2,7 +2,7 @@
 
     python benchmarks/cpu_classes.py [--classes amx,avx512-bf16,avx512-vnni,avx2]
         [--contracts 15] [--rounds 2] [--tools docsearch,txtai,fastembed,hand] [--threads 2]
-        [--lock /tmp/docsearch-heavy.lock] [--out benchmarks/results]
+        [--lock FILE] [--out benchmarks/results]
 
 A class is a set of ISA caps (CLASSES) put into the environment of every process of its run,
 so that torch's kernel libraries take the kernels that class of CPU has: oneDNN
@@ -187,7 +187,11 @@ def main() -> None:
     parser.add_argument("--tools", default=DEFAULT_TOOLS)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--venv", default=str(peers.DEFAULT_VENV))
-    parser.add_argument("--lock", default="/tmp/docsearch-heavy.lock", help="'' for none")
+    parser.add_argument(
+        "--lock",
+        default=os.environ.get("DOCSEARCH_BENCH_LOCK", ""),
+        help="a file to flock while each class runs (default: $DOCSEARCH_BENCH_LOCK, else none)",
+    )
     parser.add_argument("--out", default=str(peers.RESULTS))
     parser.add_argument("--name", default="cpu_classes")
     args = parser.parse_args()

@@ -2,7 +2,7 @@
 the mean cosine of its vectors to fp32's (issue 39, acceptance 4).
 
     python benchmarks/precision_classes.py [--classes amx,avx512-bf16,avx512-vnni,avx2]
-        [--windows 64] [--rounds 3] [--lock /tmp/docsearch-heavy.lock] [--out benchmarks/results]
+        [--windows 64] [--rounds 3] [--lock FILE] [--out benchmarks/results]
 
 Per class (the ISA caps of `cpu_classes.CLASSES` in a fresh process's environment): the MiniLM
 encoder is built in each precision (fp32, bf16, int8, onnx-fp32, onnx-int8, asked for
@@ -151,7 +151,11 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--lock", default="/tmp/docsearch-heavy.lock", help="'' for none")
+    parser.add_argument(
+        "--lock",
+        default=os.environ.get("DOCSEARCH_BENCH_LOCK", ""),
+        help="a file to flock while each class runs (default: $DOCSEARCH_BENCH_LOCK, else none)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.job == "_class":
