@@ -168,6 +168,9 @@ def main() -> None:
     notes = kept_notes(args.out / "precision.md")
     text = markdown(result, info, command)
     write_results(args.out, "precision", result, text + "\n" + NOTES + "\n" + notes)
+    from benchmarks.precision_classes import into_precision_md
+
+    into_precision_md(args.out)  # the per-class table (precision_classes.py), kept
     print(text)
 
 

@@ -59,7 +59,11 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_has_fast_bf16() -> bool:
-    """True when the CPU has native bf16 matmul (x86 AVX512-BF16 or AMX, Arm BF16)."""
+    """True when the CPU has native bf16 matmul (x86 AVX512-BF16 or AMX, Arm BF16) and oneDNN
+    is not held below it (`ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI`, say: torch's bf16 products
+    then run converted to fp32, slower than fp32 itself, as on a CPU without bf16)."""
+    if _onednn_cap() in _ONEDNN_WITHOUT_BF16:
+        return False
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
@@ -75,11 +79,18 @@ ISA_CAPS = (
 )
 # oneDNN ISA caps without int8 dot products (VNNI comes with AVX2_VNNI, AVX512_CORE_VNNI and up).
 _ONEDNN_WITHOUT_VNNI = frozenset(("SSE41", "AVX", "AVX2", "AVX512_CORE"))
+# ... and without bf16 products (AVX512_CORE_BF16, AVX10_1_512 and the AMX caps have them).
+_ONEDNN_WITHOUT_BF16 = _ONEDNN_WITHOUT_VNNI | {"AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE_VNNI"}
 
 
 def isa_caps() -> dict[str, str]:
     """The ISA_CAPS set in this process's environment."""
     return {name: os.environ[name] for name in ISA_CAPS if os.environ.get(name)}
+
+
+def _onednn_cap() -> str:
+    caps = isa_caps()
+    return caps.get("ONEDNN_MAX_CPU_ISA", caps.get("DNNL_MAX_CPU_ISA", "")).upper()
 
 
 def cpu_has_int8_dot() -> bool:
@@ -90,9 +101,7 @@ def cpu_has_int8_dot() -> bool:
     with oneDNN held to AVX2, a random 384-deep product was off by up to 106,679, and MiniLM's
     vectors fell to cosine 0.998 to fp32.
     """
-    caps = isa_caps()
-    onednn = caps.get("ONEDNN_MAX_CPU_ISA", caps.get("DNNL_MAX_CPU_ISA", "")).upper()
-    if onednn in _ONEDNN_WITHOUT_VNNI:
+    if _onednn_cap() in _ONEDNN_WITHOUT_VNNI:
         return False
     return bool(cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"})
 

@@ -164,6 +164,7 @@ class OnnxSentenceModel:
     the graph depends on the mode)."""
 
     training = False
+    own_threads = True  # the session's intra-op threads: batches go one at a time
 
     def __init__(self, path: Path, like: Any, threads: int) -> None:
         import onnxruntime

@@ -10,8 +10,9 @@ runs (int8 dot-product instructions, or fbgemm's 7-bit kernels on other x86 CPUs
 neither is at least MIN_SPEEDUP faster; ONNX Runtime's fp32 or int8 where it wins by as much.
 Of two that are within MIN_SPEEDUP of each other, the more faithful one wins (`decide`). The
 flags alone do not decide, because the kernels picked for the whole model (not just its
-matmuls) may be slower; so `choose_precision` times the candidates against fp32 on a short
-fixed batch once per machine, model, thread count and ISA caps (`device.ISA_CAPS`), checks
+matmuls) may be slower; so `choose_precision` times the candidates against fp32 once per
+machine, model, thread count and ISA caps (`device.ISA_CAPS`), each run as indexing runs it
+(full windows, its batch size, the encoder's workers and threads: `indexing_shape.py`), checks
 their cosine to fp32 on it, and caches the answer under the docsearch cache (a second process,
 or a second encoder in this one, reads it instead of measuring again). GPUs keep fp32.
 
@@ -60,8 +61,9 @@ MIN_COSINE = 0.999
 NOISE_Z = 1.5
 PROVISIONAL_TRIES = 3  # processes that measure again after a verdict that was not confident
 # Part of the cache key: choices cached before int8 could be chosen (1), before it ran on CPUs
-# without int8 dot products (2), or made from one timing of each (3) are measured again.
-CHOICE_VERSION = 4
+# without int8 dot products (2), made from one timing of each (3), or timed on one short batch
+# with all threads instead of as indexing runs each candidate (4) are measured again.
+CHOICE_VERSION = 5
 
 # `choose_precision` answers once per process and key (tests and the UI build many encoders).
 _CHOSEN: dict[str, str] = {}
@@ -262,31 +264,43 @@ def time_precisions(
 ) -> dict[str, dict[str, float]]:
     """{name: {"seconds", "noise", "cosine", "runs", "busy_runs"}} for each of `models` (which
     holds "fp32", the reference): the median wall seconds of `run(model)` over interleaved
-    rounds (`timing.interleaved`, until `confident` or out of rounds), its relative standard
-    error, and the mean cosine of the output to fp32's (unit rows are not assumed). `run` must
-    return a 2-d tensor."""
+    rounds (`timing.interleaved`, until `confident` or out of rounds or time), its relative
+    standard error, and the mean cosine of the output to fp32's (unit rows are not assumed).
+    A candidate whose first output already fails the gate cannot be chosen, so it is not timed
+    again: its seconds are its first (set-up) call's, with "runs" 0. `run` must return a
+    2-d tensor."""
     import torch
 
     from docsearch.encoders.timing import interleaved
 
+    clock = clock or Clock()
     with torch.inference_mode():
         # first calls pay for kernel set-up; their outputs give the cosines
-        outputs = {name: run(model).float() for name, model in models.items()}
-
-        def settled(medians: dict[str, float], noise: dict[str, float]) -> bool:
-            found = {n: {"seconds": medians[n], "noise": noise[n], **cosines[n]} for n in models}
-            return confident(found)
-
+        first: dict[str, float] = {}
+        outputs = {}
+        for name, model in models.items():
+            started = clock.wall()
+            outputs[name] = run(model).float()
+            first[name] = clock.wall() - started
         cosine = torch.nn.functional.cosine_similarity
         cosines = {
             name: {"cosine": float(cosine(outputs["fp32"], out, dim=1).mean())}
             for name, out in outputs.items()
         }
+        timed = [n for n in models if n == "fp32" or cosines[n]["cosine"] >= MIN_COSINE]
+
+        def settled(medians: dict[str, float], noise: dict[str, float]) -> bool:
+            found = {n: {"seconds": medians[n], "noise": noise[n], **cosines[n]} for n in timed}
+            return confident(found)
+
         timings = interleaved(
-            lambda name: run(models[name]), list(models), settled, torch.get_num_threads(), clock
+            lambda name: run(models[name]), timed, settled, torch.get_num_threads(), clock
         )
+    untimed = {"noise": 0.0, "runs": 0, "busy_runs": 0, "quiet_runs": 0}
     return {
-        name: {
+        name: {"seconds": first[name], **cosines[name], **untimed, "cpu_seconds": 0.0}
+        if name not in timed
+        else {
             "seconds": timings.median(name),
             "noise": timings.noise(name),
             **cosines[name],

@@ -27,8 +27,8 @@ import numpy as np
 
 from docsearch.encoders.base import HFEncoder, hf_count_tokens, register
 from docsearch.encoders.batching import longest_first
-from docsearch.encoders.cpu_workers import encode_batches
 from docsearch.encoders.device import resolve_device
+from docsearch.encoders.indexing_shape import run_batches, sample_windows, timed_run, window_count
 from docsearch.encoders.precision import (
     ONNX_PRECISIONS,
     calibration_key,
@@ -54,17 +54,6 @@ DEFAULT_BATCH = 16
 # batches of 8 and 363 ms in one batch (fp32 took 588-606 ms at each of these sizes).
 INT8_BATCH = 4
 SINGLE_TEXT_THREADS = 1  # see the module docstring; measured in benchmarks/speed.py
-# The fixed batch "auto" times the precisions on: 4 texts that fill MiniLM's 256-token
-# window (indexing embeds full windows), varied so that no two rows are alike.
-_CALIBRATION_WORDS = (
-    "the supplier shall deliver goods within thirty days of each purchase order and the buyer "
-    "may terminate this agreement for cause if payment is late patients received a daily dose "
-    "of the drug and blood pressure fell in the treated group"
-).split()
-CALIBRATION_TEXTS = tuple(
-    " ".join(_CALIBRATION_WORDS[(i * 7 + j) % len(_CALIBRATION_WORDS)] for j in range(250))
-    for i in range(4)
-)
 
 
 @register("sentence-transformers", aliases=("st", "minilm"))
@@ -101,6 +90,7 @@ class SentenceTransformerEncoder(HFEncoder):
                 "fbgemm's kernels (x86); this machine has neither: use fp32"
             )
         self._folder = folder
+        self._asked_batch = batch_size
         self._model: Any = self._load()
         if asked in ONNX_PRECISIONS:
             self._check_onnx(asked)
@@ -112,7 +102,7 @@ class SentenceTransformerEncoder(HFEncoder):
         if self._fast is None:
             self._fast = self._convert(self._model, in_place=True)
             self._model = None
-        self.batch_size = batch_size or (INT8_BATCH if self.precision == "int8" else DEFAULT_BATCH)
+        self.batch_size = self._batch_for(self.precision)
         self.query_prompt = query_prompt if query_prompt is not None else self._prompt("query")
         self.document_prompt = (
             document_prompt if document_prompt is not None else self._prompt("document")
@@ -174,16 +164,32 @@ class SentenceTransformerEncoder(HFEncoder):
             return onnx_backend.load(model, self._folder, precision, threads)
         return convert(model, precision, in_place=in_place)
 
+    def _batch_for(self, precision: str) -> int:
+        """Rows per forward in `precision`: the one asked for, else the measured default."""
+        return self._asked_batch or (INT8_BATCH if precision == "int8" else DEFAULT_BATCH)
+
     def _auto_precision(self) -> str:
+        """The fastest candidate within the gate, each timed as indexing runs it
+        (`indexing_shape`: full windows, its batch size, the encoder's workers and threads)."""
         import torch
 
         model = self._model
-        key = calibration_key(self._architecture(), torch.get_num_threads(), CALIBRATION_TEXTS)
+        threads = torch.get_num_threads()
+        texts = sample_windows(window_count(threads, self._batch_for("fp32")))
+        key = calibration_key(self._architecture(), threads, texts)
+        key["batches"] = {"fp32": self._batch_for("fp32"), "int8": self._batch_for("int8")}
         onnx = self._onnx_ready()
         if onnx and onnx_available():
             import onnxruntime
 
             key["onnxruntime"] = onnxruntime.__version__
+        tokenised: dict[int, list[dict[str, Any]]] = {}
+
+        def features(size: int) -> list[dict[str, Any]]:
+            if size not in tokenised:
+                rows = [texts[i : i + size] for i in range(0, len(texts), size)]
+                tokenised[size] = [model.preprocess(batch) for batch in rows]
+            return tokenised[size]
 
         def measure(names: Sequence[str]) -> dict[str, dict[str, float]]:
             models = {"fp32": model}
@@ -194,8 +200,8 @@ class SentenceTransformerEncoder(HFEncoder):
                     if name not in ONNX_PRECISIONS:  # not a candidate, nothing more
                         raise
                     log.warning("%s left out of precision=auto: %s", name, exc)
-            features = model.preprocess(list(CALIBRATION_TEXTS))
-            return time_precisions(lambda m: m(dict(features))["sentence_embedding"], models)
+            run = timed_run(models, features, self._batch_for, self.device)
+            return time_precisions(run, {name: name for name in models})
 
         return choose_precision(self.device, key, measure, onnx=onnx, label=self.model_ref)
 
@@ -262,8 +268,6 @@ class SentenceTransformerEncoder(HFEncoder):
     def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
         import torch
 
-        from docsearch.encoders.onnx_backend import OnnxSentenceModel
-
         model = self._inference_model()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         training = model.training
@@ -279,11 +283,7 @@ class SentenceTransformerEncoder(HFEncoder):
                     encode([0])
             else:
                 batches = longest_first([len(t) for t in texts], self.batch_size)
-                if isinstance(model, OnnxSentenceModel):  # its session has its own threads
-                    for batch in batches:
-                        encode(batch)
-                else:
-                    encode_batches(batches, encode, self.device)
+                run_batches(model, batches, encode, self.device)  # as "auto" timed it
         finally:
             model.train(training)
         return vectors

@@ -7,10 +7,13 @@ runs first, after another's cache traffic), and scores each by its median, with 
 relative standard error as its noise. A run counts as busy when the process got less CPU time
 than its threads could use in that wall time (under BUSY_SHARE of threads x wall: other
 processes held the cores); busy runs are left out while MIN_QUIET quiet ones remain. More
-rounds are timed (ROUNDS at a time, up to MAX_ROUNDS) while the caller's verdict is not
-`settled` by the medians and their noise, while a candidate has fewer than MIN_QUIET quiet
-runs, or while the machine looks busy (most runs busy, or a
-1-minute load average above the cores) and fewer than BUSY_ROUNDS were timed.
+rounds are timed (ROUNDS at a time, up to MAX_ROUNDS, and no more once BUDGET_S seconds of
+wall time were spent on them) while the caller's verdict is not `settled` by the medians and
+their noise, while a candidate has fewer than MIN_QUIET quiet runs, or while the machine looks
+busy (most runs busy, or a 1-minute load average above the cores) and fewer than BUSY_ROUNDS
+were timed. The budget matters because each candidate runs as indexing runs it (full windows,
+~1 s for MiniLM fp32 on 2 quiet cores): under a 3x load, 15 rounds of five candidates took
+7 minutes; a verdict cut short by the budget is not confident, so it stays provisional.
 
 `Clock` is what the timing reads (wall time, process CPU time, load average, cores); tests hand
 in a fake one. Not here: what is timed and what the verdict is (precision.py).
@@ -26,7 +29,8 @@ from dataclasses import dataclass, field
 
 ROUNDS = 5  # rounds timed at a time
 BUSY_ROUNDS = 10  # at least this many when the machine looks busy
-MAX_ROUNDS = 15
+MAX_ROUNDS = 30  # the time budget stops a loaded machine's rounds well before this
+BUDGET_S = 120.0  # wall seconds of timed runs after which no more rounds are started
 MIN_QUIET = 3  # quiet runs a candidate needs before its busy runs are left out
 BUSY_SHARE = 0.6  # a run that got less CPU than this share of threads x wall was crowded out
 # The median's standard error for normal noise: 1.2533 sigma / sqrt(n), sigma = 1.4826 MAD.
@@ -101,6 +105,7 @@ def interleaved(
     the verdict stands and the machine was quiet enough (see the module docstring)."""
     clock = clock or Clock()
     timings = Timings({n: [] for n in names}, {n: [] for n in names})
+    started = clock.wall()
     while True:
         timings.loads.append(clock.load())
         for _ in range(ROUNDS):
@@ -116,7 +121,7 @@ def interleaved(
         medians = {n: timings.median(n) for n in names}
         noise = {n: timings.noise(n) for n in names}
         busy = timings.busy_share() > 0.5 or max(timings.loads) > clock.cores + 0.5
-        if timings.rounds >= MAX_ROUNDS:
+        if timings.rounds >= MAX_ROUNDS or clock.wall() - started > BUDGET_S:
             return timings
         enough = all(len(timings.quiet[n]) >= MIN_QUIET for n in names)
         if enough and settled(medians, noise) and not (busy and timings.rounds < BUSY_ROUNDS):

@@ -202,6 +202,8 @@ def test_the_fastest_faithful_precision_is_chosen(
 def test_auto_on_the_real_kernels_picks_a_precision_that_keeps_the_gate(
     tiny_st: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from docsearch.encoders import sentence_transformers as st
+
     monkeypatch.setenv("DOCSEARCH_CACHE", str(tmp_path))
     monkeypatch.setattr(precision, "_CHOSEN", {})
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)  # measure on any CPU
@@ -212,6 +214,7 @@ def test_auto_on_the_real_kernels_picks_a_precision_that_keeps_the_gate(
     assert encoder.precision == record["choice"] == precision.decide(measured)  # type: ignore[attr-defined]
     assert set(measured) == {"fp32", *precision.candidates("cpu", onnx=True)}
     assert record["threads"] == 1
+    assert record["batches"] == {"fp32": st.DEFAULT_BATCH, "int8": st.INT8_BATCH}  # as indexing
     assert measured[record["choice"]]["cosine"] >= precision.MIN_COSINE
 
 

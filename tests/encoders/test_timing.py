@@ -24,6 +24,7 @@ THREADS = 2
 # but fails the gate: the verdict is int8.
 SECONDS = {"fp32": 1.0, "bf16": 0.95, "int8": 0.8, "onnx-fp32": 0.93, "onnx-int8": 0.6}
 COSINES = {"fp32": 1.0, "bf16": 0.99995, "int8": 0.9994, "onnx-fp32": 1.0, "onnx-int8": 0.991}
+TIMED = [n for n in SECONDS if COSINES[n] >= precision.MIN_COSINE]  # the gate's failures are not
 
 
 class FakeMachine:
@@ -104,7 +105,8 @@ def test_runs_other_processes_crowd_out_are_left_out(seed: int) -> None:
     machine = FakeMachine(SECONDS, noise=0.1, seed=seed, crowded=0.33)
     found = measured(machine)
     assert sum(f["busy_runs"] for f in found.values()) > 0
-    assert all(f["seconds"] < SECONDS[n] * 1.15 for n, f in found.items())  # no crowded median
+    timed = {n: f for n, f in found.items() if f["runs"]}  # onnx-int8 fails the gate: untimed
+    assert all(f["seconds"] < SECONDS[n] * 1.15 for n, f in timed.items())  # no crowded median
     assert precision.decide(found) == "int8"
 
 
@@ -121,14 +123,14 @@ def test_a_verdict_within_the_noise_is_timed_again_and_not_confident() -> None:
 def test_a_clear_verdict_on_a_quiet_machine_stops_after_the_first_rounds() -> None:
     machine = FakeMachine(SECONDS, noise=0.02, seed=0)
     found = measured(machine)
-    assert machine.runs == len(SECONDS) * (timing.ROUNDS + 1)
+    assert machine.runs == len(SECONDS) + len(TIMED) * timing.ROUNDS  # + one set-up call each
     assert precision.confident(found) and precision.decide(found) == "int8"
 
 
 def test_a_loaded_machine_is_timed_for_longer_even_when_the_verdict_looks_clear() -> None:
     machine = FakeMachine(SECONDS, noise=0.02, seed=0, load=4.0)  # 4 runnable on 2 cores
     found = measured(machine)
-    assert machine.runs == len(SECONDS) * (timing.BUSY_ROUNDS + 1)
+    assert machine.runs == len(SECONDS) + len(TIMED) * timing.BUSY_ROUNDS
     assert precision.decide(found) == "int8"
 
 
@@ -169,3 +171,33 @@ def test_a_verdict_timed_on_a_crowded_machine_is_provisional() -> None:
     assert precision.crowded(crowded)
     quiet = measured(FakeMachine(SECONDS, noise=0.02, seed=0))
     assert not precision.crowded(quiet) and precision.confident(quiet)
+
+
+def test_under_a_two_process_load_fresh_processes_still_pick_the_fastest_that_keeps_the_gate() -> (
+    None
+):
+    """Issue 39's acceptance 2, the logic: ten fresh processes, each with a 2-process load
+    beside it (load average 4 on 2 cores, half of the runs crowded out and 3x slower, +-10% on
+    the rest): the fastest candidate within the gate (int8) in at least 9 of them. (With at
+    most 15 rounds, as before, 8 of these 10 picked int8; at +-15% noise 8 of 10 still do.)"""
+    loaded = [FakeMachine(SECONDS, noise=0.1, seed=s, crowded=0.5, load=4.0) for s in range(10)]
+    chosen = [precision.decide(measured(machine)) for machine in loaded]
+    assert chosen.count("int8") >= 9
+
+
+def test_a_candidate_that_fails_the_gate_is_not_timed_after_its_first_call() -> None:
+    machine = FakeMachine(SECONDS, noise=0.02, seed=0)
+    found = measured(machine)
+    assert found["onnx-int8"]["runs"] == 0 and found["int8"]["runs"] >= timing.ROUNDS
+    assert precision.decide(found) == "int8"
+
+
+def test_slow_candidates_stop_at_the_time_budget_and_the_verdict_stays_provisional() -> None:
+    """Each run as long as indexing's sample takes on a loaded machine, the verdict within the
+    noise: rounds stop once the budget is spent, not at MAX_ROUNDS, and it is not confident."""
+    slow = {"fp32": 10.0, "int8": 10.0 / precision.MIN_SPEEDUP}
+    machine = FakeMachine(slow, noise=0.1, seed=1)
+    found = measured(machine, tuple(slow))
+    assert timing.ROUNDS * sum(slow.values()) * 1.1 < timing.BUDGET_S  # one block fits
+    assert found["fp32"]["runs"] == 2 * timing.ROUNDS  # the second block crossed the budget
+    assert not precision.confident(found)

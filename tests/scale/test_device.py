@@ -147,6 +147,11 @@ def test_cpu_flags_are_read_from_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch, t
     assert not device.cpu_has_int8_dot()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
     assert device.cpu_has_int8_dot()
+    # ... and held below bf16 (the last flags above have it) runs bf16 products as fp32
+    assert not device.cpu_has_fast_bf16()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx512_core_bf16")
+    assert device.cpu_has_fast_bf16() and device.cpu_has_int8_dot()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
     assert device.isa_caps() == {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}
     device.cpu_flags.cache_clear()
 
