@@ -267,7 +267,8 @@ class SentenceTransformerEncoder(HFEncoder):
         model = self._inference_model()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         training = model.training
-        model.eval()  # no dropout while encoding, whatever training left
+        if training:  # no dropout while encoding; a walk over every module, so only if needed
+            model.eval()
 
         def encode(rows: list[int]) -> None:
             found = self._forward(model, [texts[i] for i in rows], side)
@@ -285,7 +286,8 @@ class SentenceTransformerEncoder(HFEncoder):
                 else:
                     encode_batches(batches, encode, self.device)
         finally:
-            model.train(training)
+            if training:
+                model.train(training)
         return vectors
 
     def vector_options(self) -> dict[str, Any]:
