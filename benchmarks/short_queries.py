@@ -293,7 +293,7 @@ def summary_line(run: dict[str, Any]) -> str:
 
 
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for variant, done in runs.items():
         kinds = done[0]["times"].keys()
         out[variant] = {

@@ -5,6 +5,8 @@ stems, and marks are looked up only for the words that stem to a query term)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from docsearch.query import ParsedQuery
@@ -71,7 +73,7 @@ BEFORE = [
 
 
 @pytest.mark.parametrize(("case", "before"), list(zip(CASES, BEFORE, strict=True)))
-def test_snippets_are_the_ones_made_before(case: tuple[str, str], before: tuple) -> None:  # type: ignore[type-arg]
+def test_snippets_are_the_ones_made_before(case: tuple[str, str], before: tuple[Any, ...]) -> None:
     text, query = case
     for asked in (query, ParsedQuery.parse(query)):
         snippet = make_snippet(text, asked, offset=7)

@@ -443,8 +443,9 @@ class HeldVectors:
         indexed = any(found["name"] == "vector_idx" for found in dataset.list_indices())
         # A version with rows pending is searched in Lance, where they are filtered out.
         small = not indexed and dataset.count_rows() <= VECTOR_INDEX_MIN_ROWS
-        if small and not pending_paths(dataset):
-            stored = set(dataset.schema.names)
+        stored = set(dataset.schema.names)
+        # A lexical-only collection has no vectors to hold (nor texts: `with_text` reads them).
+        if small and "vector" in stored and not pending_paths(dataset):
             names = [c for c in columns if c in stored]
             if self.texts:
                 names = [*dict.fromkeys([*names, "id", "text"])]

@@ -134,7 +134,7 @@ def test_passages_read_their_text_from_the_held_chunks_as_from_lance(
     found = chunks.search_vector(_query(), 20, None, text=False)
     assert all(one.text == "" for one in found)
     filled = chunks.with_text(found)
-    assert chunks._exact["chunks"].seen[1].texts is not None  # type: ignore[index]
+    assert chunks._exact["chunks"].seen[1].texts is not None  # type: ignore[index,union-attr]
     from_lance = read_texts(chunks.dataset("chunks"), found)
     assert [one.text for one in filled] == [from_lance[one.chunk_id] for one in found]
     assert all(one.text for one in filled)
