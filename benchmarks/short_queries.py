@@ -351,9 +351,11 @@ def orchestrate(args: argparse.Namespace) -> None:
         dbs = run.index_small() if size == SMALL else run.index_large(int(size))
         timed = run.time(size, dbs, args.rounds)
         timed["ids_check"] = compare_ids(timed)
-        for variant_runs in timed["runs"].values():
+        for variant_runs in timed["runs"].values():  # the top 10 kept, as documents only
             for one in variant_runs:
-                one.pop("ids", None)
+                ids = one.pop("ids", None)
+                if ids:
+                    one["top10"] = {q: [hit["doc"] for hit in hits] for q, hits in ids.items()}
         report["sizes"][size] = timed
     write_report(report, Path(args.out), args.name)
 
