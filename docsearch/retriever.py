@@ -86,8 +86,9 @@ _T = TypeVar("_T")
 _H = TypeVar("_H", bound="Hit")
 
 GRANULARITIES = ("document", "passage")
-# Search encodes the query and runs the phrase and whole-document BM25 searches on a thread of
-# its own while the chunk BM25 runs (OVERLAP_ENCODING = False: all on the caller's thread).
+# Search encodes the query and runs the phrase search (and, for a query not encoded, the
+# whole-document BM25) on a thread of its own while the chunk BM25 runs (OVERLAP_ENCODING =
+# False: all on the caller's thread).
 OVERLAP_ENCODING = True
 
 
@@ -285,24 +286,32 @@ class Retriever:
 
         The query thread does the work that can wait while this one runs the chunk BM25: the
         identifiers' phrase search (needed first), the query's encoding (torch and Lance both
-        release the GIL; for a long query the encoder's forward is the slowest single step) and
-        whole-document BM25, so two cores serve the searches at once."""
+        release the GIL; for a short query the encoder's forward is the slowest single step) and,
+        for a query not encoded, whole-document BM25, so two cores serve the searches at once."""
         phrases = self._phrases_beside(query, plan.pool, flt) if plan.phrases else None
         encoding = None
         if plan.encode:
             encoder = self._own_encoder()
             encoding = self._beside(lambda: encoder.encode_queries([query.text])[0], plan.beside)
-        whole: Future[list[DocCandidate]] | None = None
-        if plan.whole_bm25:
-            words, depth = query.words, plan.doc_depth
-            whole = self._beside(lambda: self.store.search_documents_text(words, depth, flt))
+
+        def whole_bm25() -> list[DocCandidate]:
+            return self.store.search_documents_text(query.words, plan.doc_depth, flt)
+
+        # Beside an encoding whole-document BM25 runs on this thread after the chunk BM25, so
+        # the query thread encodes alone (the encoding was the critical path: 1-thread torch);
+        # without one it runs there, beside the chunk BM25.
+        whole = None
+        if plan.whole_bm25 and encoding is None:
+            whole = self._beside(whole_bm25)
         found: dict[str, list[Candidate]] = {}
         bm25: list[Candidate] = []
         phrased: list[Candidate] = []
         if plan.bm25:
             bm25 = self.store.search_text(query.words, plan.pool, flt, text=plan.pool_text)
             phrased = phrases.result() if phrases else []
-        ready = {"doc_lexical": whole.result()} if whole is not None else {}
+        ready: dict[str, list[DocCandidate]] = {}
+        if plan.whole_bm25:
+            ready["doc_lexical"] = whole.result() if whole is not None else whole_bm25()
         vector = encoding.result() if encoding is not None else None
         if vector is not None:
             found["dense"] = self.store.search_vector(

@@ -12,8 +12,8 @@
     encode           the query vector, for a rule with a dense leg (a long or key-term hybrid
                      query is not encoded)
     whole-doc BM25   when the document rule weighs `doc_lexical`
-    on the query thread  phrases, encoding and whole-document BM25 run beside the chunk BM25
-                     (`beside`); a vector search has nothing to overlap with
+    on the query thread  phrases, encoding (else whole-document BM25) run beside the chunk
+                     BM25 (`beside`); a vector search has nothing to overlap with
 Not here: running the legs (`docsearch.retriever`), fusing them (`docsearch.ranking`).
 """
 

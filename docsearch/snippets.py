@@ -53,7 +53,12 @@ class Snippet:
 
 
 def mark_spans(text: str, terms: Set[str], idents: Sequence[str]) -> tuple[tuple[int, int], ...]:
-    spans = [m.span() for m in WORD.finditer(text) if stem(m.group(0)) in terms]
+    spans = []
+    # The distinct words first (C-level loops over the cached stems), then the spans of those
+    # that match: most of a passage's words are not query terms.
+    matching = set(filter(lambda w: stem(w) in terms, set(WORD.findall(text)))) if terms else ()
+    if matching:
+        spans = [m.span() for m in WORD.finditer(text) if m[0] in matching]
     for ident in idents:
         spans += [m.span() for m in re.finditer(re.escape(ident), text, re.IGNORECASE)]
     merged: list[tuple[int, int]] = []
@@ -83,10 +88,13 @@ def _windows(text: str, max_chars: int) -> tuple[list[tuple[int, int, range]], l
 
 def _counts(passage: str, terms: Set[str], idents: Sequence[str]) -> tuple[set[str], set[str], int]:
     """(identifiers present, distinct query terms present, total term hits) of a passage."""
-    stems = [stem(w) for w in WORD.findall(passage)]
-    lowered = passage.lower()
-    found = {i for i in idents if i.lower() in lowered}
-    return found, {s for s in stems if s in terms}, sum(s in terms for s in stems)
+    # map and filter over the cached stem: the words are counted in C-level loops
+    hits = list(filter(terms.__contains__, map(stem, WORD.findall(passage)))) if terms else []
+    found: set[str] = set()
+    if idents:
+        lowered = passage.lower()
+        found = {i for i in idents if i.lower() in lowered}
+    return found, set(hits), len(hits)
 
 
 def _best_window(

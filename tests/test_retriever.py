@@ -199,10 +199,12 @@ def test_a_hit_carries_its_snippet_with_offsets_and_the_old_json(samples_db: str
 def test_hybrid_encodes_the_query_and_searches_phrases_and_documents_beside_the_chunk_bm25(
     samples_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The query vector, the identifiers' phrase search and whole-document BM25 come from the
-    Retriever's query thread; the ranking is the one the same search gives with all of them
-    done one after the other on the caller's thread. Ranking documents by plain BM25 needs no
-    phrase search: the chunk pool's own chunks that hold the identifier lead the passages."""
+    """The query vector and the identifiers' phrase search come from the Retriever's query
+    thread; whole-document BM25 runs there for a query not encoded, and on the caller's thread
+    after the chunk BM25 beside an encoding (which then has the query thread to itself); the
+    ranking is the one the same search gives with all of them done one after the other on the
+    caller's thread. Ranking documents by plain BM25 needs no phrase search: the chunk pool's
+    own chunks that hold the identifier lead the passages."""
     import threading
 
     from docsearch import retriever as module
@@ -225,9 +227,13 @@ def test_hybrid_encodes_the_query_and_searches_phrases_and_documents_beside_the_
         recorded(store, name)
     query = "motor stall error code E-MOT-21"  # short (dense legs weighed), one identifier
     beside = retriever.search(query, k=5)
-    for name in ("encode_queries", "search_documents_text"):
-        assert [t.split("_")[0] for t in threads[name]] == ["docsearch-query"], name
+    assert [t.split("_")[0] for t in threads["encode_queries"]] == ["docsearch-query"]
+    assert threads["search_documents_text"] == ["MainThread"]
     assert threads["search_text"][0] == "MainThread" and "search_phrases" not in threads
+    threads.clear()
+    retriever.search(" ".join([query] * 5), k=5)  # 30 words: the lexical rule, not encoded
+    assert "encode_queries" not in threads
+    assert [t.split("_")[0] for t in threads["search_documents_text"]] == ["docsearch-query"]
     assert "E-MOT-21" in beside[0].passages[0].text
     threads.clear()
     retriever.search(query, k=5, granularity="passage")

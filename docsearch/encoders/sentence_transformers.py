@@ -271,7 +271,8 @@ class SentenceTransformerEncoder(HFEncoder):
         model = self._inference_model()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         training = model.training
-        model.eval()  # no dropout while encoding, whatever training left
+        if training:  # no dropout while encoding; a walk over every module, so only if needed
+            model.eval()
 
         def encode(rows: list[int]) -> None:
             found = self._forward(model, [texts[i] for i in rows], side)
@@ -285,7 +286,8 @@ class SentenceTransformerEncoder(HFEncoder):
                 batches = longest_first([len(t) for t in texts], self.batch_size)
                 run_batches(model, batches, encode, self.device)  # as "auto" timed it
         finally:
-            model.train(training)
+            if training:
+                model.train(training)
         return vectors
 
     def vector_options(self) -> dict[str, Any]:

@@ -73,7 +73,8 @@ class Store:
         self.uri = database.uri
         self.prefix = table_prefix(name, version)  # its tables are `<prefix>__<kind>`
         self._has_documents = False
-        self._exact = {kind: HeldVectors() for kind in ("chunks", "docs")}
+        # The chunks' text is held too: the passages a search shows read it there.
+        self._exact = {"chunks": HeldVectors(texts=True), "docs": HeldVectors()}
         self.meta = stored_meta(self.dataset("chunks"))
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -237,14 +238,11 @@ class Store:
         indexed again since the search read it) is left out."""
         if not found:
             return []
-        chunk_ids = list(dict.fromkeys(one.chunk_id for one in found))
-        # The path index narrows the read to the chunks' files before the ids are compared.
-        paths = sorted({one.path for one in found})
-        where = f"{sql_in('path', paths)} AND {sql_in('id', chunk_ids)}"
-        table = self.dataset("chunks").to_table(filter=where, columns=["id", "text"])
-        texts = dict(
-            zip(table.column("id").to_pylist(), table.column("text").to_pylist(), strict=True)
-        )
+        dataset = self.dataset("chunks")
+        held = self._exact["chunks"].of(dataset, result_columns(False))
+        texts = held.texts if held is not None and held.texts is not None else None
+        if texts is None:
+            texts = read_texts(dataset, found)
         return [replace(one, text=texts[one.chunk_id]) for one in found if one.chunk_id in texts]
 
     # -- searching -------------------------------------------------------------------------------
@@ -360,11 +358,20 @@ class Store:
         with filter_errors(self.dataset, where):
             dataset = self.dataset("chunks")
             if scan.get("columns"):  # a collection from before OCR, not written since, lacks it
-                scan["columns"] = [
-                    c for c in scan["columns"] if c in dataset.schema.names or c[0] == "_"
-                ]
+                stored = set(dataset.schema.names)  # once: each `schema` is built anew
+                scan["columns"] = [c for c in scan["columns"] if c in stored or c[0] == "_"]
             sql = hiding(_sql(where), pending_paths(dataset)) if hide_pending else _sql(where)
             return dataset.to_table(filter=sql, **scan)
+
+
+def read_texts(chunks: Any, found: Sequence[Candidate]) -> dict[str, str]:
+    """chunk id -> text of the chunks of `found` still in this chunks table version."""
+    chunk_ids = list(dict.fromkeys(one.chunk_id for one in found))
+    # The path index narrows the read to the chunks' files before the ids are compared.
+    paths = sorted({one.path for one in found})
+    where = f"{sql_in('path', paths)} AND {sql_in('id', chunk_ids)}"
+    table = chunks.to_table(filter=where, columns=["id", "text"])
+    return dict(zip(table.column("id").to_pylist(), table.column("text").to_pylist(), strict=True))
 
 
 def building(db: str | Database, name: str) -> Store | None:
@@ -423,8 +430,9 @@ class HeldVectors:
     """One table's vectors held in memory for unfiltered nearest searches, where the table has
     no vector index (at most VECTOR_INDEX_MIN_ROWS rows), decided once per table version."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, texts: bool = False) -> None:
         self.seen: tuple[int, ExactVectors | None] | None = None  # (version, held or None)
+        self.texts = texts  # hold the `text` column too (ExactVectors.texts)
 
     def of(self, dataset: Any, columns: Sequence[str]) -> ExactVectors | None:
         """The vectors and `columns` of `dataset` (read again once it has a newer version), or
@@ -435,9 +443,14 @@ class HeldVectors:
         indexed = any(found["name"] == "vector_idx" for found in dataset.list_indices())
         # A version with rows pending is searched in Lance, where they are filtered out.
         small = not indexed and dataset.count_rows() <= VECTOR_INDEX_MIN_ROWS
-        if small and not pending_paths(dataset):
-            names = [c for c in columns if c in dataset.schema.names]
-            held = ExactVectors.of(dataset.to_table(columns=[*names, "vector"]))
+        stored = set(dataset.schema.names)
+        # A lexical-only collection has no vectors to hold (nor texts: `with_text` reads them).
+        if small and "vector" in stored and not pending_paths(dataset):
+            names = [c for c in columns if c in stored]
+            if self.texts:
+                names = [*dict.fromkeys([*names, "id", "text"])]
+            table = dataset.to_table(columns=[*names, "vector"])
+            held = ExactVectors.of(table, texts=self.texts)
         self.seen = (dataset.version, held)
         return held
 

@@ -72,3 +72,31 @@ def test_device_is_chosen_like_every_other_family(monkeypatch: pytest.MonkeyPatc
     assert get_encoder("sentence-transformers").device == "cpu"
     with pytest.raises(EncoderUnavailableError, match="--device cuda needs a CUDA GPU"):
         get_encoder("sentence-transformers", device="cuda")
+
+
+def test_encoding_walks_the_modules_only_when_training_left_them_training(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A query's encoding used to set every module to eval and back (a walk over all of them)
+    on each call; an inference model in eval mode is now run as it is."""
+    minilm = get_encoder("sentence-transformers", precision="fp32")  # the torch model itself
+    model = minilm._inference_model()  # type: ignore[attr-defined]
+    before = minilm.encode_queries(["termination for cause"])
+    walks: list[bool] = []
+    real_train = type(model).train
+
+    def counted(self: object, mode: bool = True) -> object:
+        walks.append(mode)
+        return real_train(self, mode)
+
+    monkeypatch.setattr(type(model), "train", counted)
+    assert not model.training
+    again = minilm.encode_queries(["termination for cause"])
+    assert walks == []
+    np.testing.assert_allclose(again, before, atol=1e-6)  # the same model, the same input
+    model.train()  # as training leaves it: encoding runs without dropout, then puts it back
+    walks.clear()
+    dropped = minilm.encode_queries(["termination for cause"])
+    assert walks == [False, True] and model.training
+    np.testing.assert_allclose(dropped, before, atol=1e-6)
+    model.eval()

@@ -94,3 +94,61 @@ def test_exact_vectors_rank_by_cosine_and_keep_zero_vectors_at_zero() -> None:
     assert [r["_similarity"] for r in found] == pytest.approx([1.0, 2**-0.5, 0.0], abs=1e-6)
     assert held.nearest(np.array([1.0, 0.0]), 10)[-1]["id"] == "c"  # k above the rows: all
     assert ExactVectors.of(table.slice(0, 0)).nearest(np.array([1.0, 0.0]), 3) == []
+
+
+def test_exact_similarities_equal_a_numpy_reference() -> None:
+    import pyarrow as pa
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((300, 24)).astype(np.float32)
+    table = pa.table({"id": [f"c{i}" for i in range(300)], "vector": vectors.tolist()})
+    query = rng.standard_normal(24).astype(np.float32)
+    found = ExactVectors.of(table).nearest(query, 300)
+    units = vectors.astype(np.float64) / np.linalg.norm(vectors, axis=1, keepdims=True)
+    reference = units @ (query / np.linalg.norm(query))
+    by_id = {r["id"]: r["_similarity"] for r in found}
+    # float32 products of unit vectors against float64: a few float32 ulps
+    assert [by_id[f"c{i}"] for i in range(300)] == pytest.approx(reference.tolist(), abs=1e-5)
+    order = [r["_similarity"] for r in found]
+    assert order == sorted(order, reverse=True)
+
+
+def test_held_texts_are_the_chunks_text_and_not_returned_by_nearest() -> None:
+    import pyarrow as pa
+
+    table = pa.table(
+        {"id": ["a", "b"], "text": ["alpha text", "beta text"], "vector": [[1.0, 0.0], [0.0, 1.0]]}
+    )
+    held = ExactVectors.of(table, texts=True)
+    assert held.texts == {"a": "alpha text", "b": "beta text"}
+    assert "text" not in held.nearest(np.array([1.0, 0.0]), 1)[0]
+    assert ExactVectors.of(table).texts is None
+
+
+def test_passages_read_their_text_from_the_held_chunks_as_from_lance(
+    store: tuple[Store, Path, str],
+) -> None:
+    from docsearch.store.reads import read_texts
+
+    chunks, _, _ = store
+    found = chunks.search_vector(_query(), 20, None, text=False)
+    assert all(one.text == "" for one in found)
+    filled = chunks.with_text(found)
+    assert chunks._exact["chunks"].seen[1].texts is not None  # type: ignore[index,union-attr]
+    from_lance = read_texts(chunks.dataset("chunks"), found)
+    assert [one.text for one in filled] == [from_lance[one.chunk_id] for one in found]
+    assert all(one.text for one in filled)
+
+
+def test_passages_of_a_file_indexed_again_since_are_left_out(
+    store: tuple[Store, Path, str],
+) -> None:
+    chunks, root, db = store
+    found = chunks.search_vector(_query(), 1000, None, text=False)
+    chunks.with_text(found)  # the texts of this version are held
+    (root / "doc0.txt").write_text("Something else entirely, about ferries.\n")
+    assert index_into(db, root, options={"max_tokens": 16}).changed == 1
+    filled = chunks.with_text(found)
+    gone = {one.chunk_id for one in found if one.path.endswith("doc0.txt")}
+    assert gone and not gone & {one.chunk_id for one in filled}
+    assert len(filled) == len(found) - len(gone)

@@ -1,0 +1,91 @@
+"""Snippets keep their windows, marks and anchors: crafted passages (stems, identifiers, no terms,
+a sentence longer than the window, non-ASCII words, stop words only) against what the snippet
+code made before its counting was sped up (the word counts now run as map/filter over the cached
+stems, and marks are looked up only for the words that stem to a query term)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from docsearch.query import ParsedQuery
+from docsearch.snippets import make_snippet, mark_spans
+from docsearch.text import content_stems
+
+CASES = [
+    (
+        "Either party may terminate this Agreement for cause. Termination takes effect on "
+        "notice. Nothing here limits other remedies.",
+        "termination for cause",
+    ),
+    (
+        "The rent is reviewed yearly. " * 8
+        + "Under Section 7.2(a) the tenant may terminate. "
+        + "Deposits are held in trust. " * 6,
+        "Section 7.2(a) termination",
+    ),
+    (
+        "No query word appears in this text at all; it talks about weather. " * 10,
+        "indemnification obligations",
+    ),
+    ("a" * 50 + " " + "word " * 120 + "indemnify indemnified indemnification", "indemnification"),
+    (
+        "Die Kündigung erfolgt schriftlich. Café owners terminate leases; TERMINATED contracts "
+        "end. " * 5,
+        "terminated café kündigung",
+    ),
+    (
+        "ISO 13485:2016 applies.\n\nThe device meets ISO 13485:2016 and IEC 60601-1.\nOther text.",
+        "ISO 13485:2016",
+    ),
+    (
+        "Payment is due net 30 days. Late payment accrues interest. Payments are made by wire. "
+        * 6,
+        "payment terms net 30",
+    ),
+    ("The the the of and to.", "the of"),
+]
+# (marks, char_start, char_end, anchor) of each case at offset 7, as the earlier code made them
+BEFORE = [
+    (((17, 26), (46, 51), (53, 64)), 7, 131, 24),
+    (((238, 245), (246, 252), (268, 277)), 7, 314, 245),
+    ((), 7, 318, 7),
+    ((), 7, 327, 7),
+    (
+        ((2, 6), (14, 23), (32, 42), (62, 71), (93, 97), (105, 114), (123, 133), (153, 162))
+        + ((184, 188), (196, 205), (214, 224), (244, 253), (275, 279), (287, 296)),
+        42,
+        345,
+        42,
+    ),  # fmt: skip
+    (((0, 3), (4, 14), (41, 44), (45, 55)), 7, 92, 7),
+    (
+        ((0, 7), (15, 18), (19, 21), (33, 40), (59, 67), (86, 93), (101, 104), (105, 107))
+        + ((119, 126), (145, 153), (172, 179), (187, 190), (191, 193), (205, 212), (231, 239))
+        + ((258, 265), (273, 276), (277, 279), (291, 298)),
+        7,
+        324,
+        7,
+    ),  # fmt: skip
+    ((), 7, 29, 7),
+]
+
+
+@pytest.mark.parametrize(("case", "before"), list(zip(CASES, BEFORE, strict=True)))
+def test_snippets_are_the_ones_made_before(case: tuple[str, str], before: tuple[Any, ...]) -> None:
+    text, query = case
+    for asked in (query, ParsedQuery.parse(query)):
+        snippet = make_snippet(text, asked, offset=7)
+        assert (snippet.marks, snippet.char_start, snippet.char_end, snippet.anchor) == before
+        inner = " ".join(text[snippet.char_start - 7 : snippet.char_end - 7].split())
+        assert inner in snippet.text
+
+
+def test_marks_cover_every_form_of_a_term_and_each_identifier() -> None:
+    text = "Terminate, terminated and TERMINATION; terms aside. See 7.2(a) and 7.2(A)."
+    spans = mark_spans(text, content_stems("termination"), ("7.2(a)",))
+    assert [text[a:b] for a, b in spans] == [
+        "Terminate", "terminated", "TERMINATION", "7.2(a)", "7.2(A)",
+    ]  # fmt: skip
+    assert mark_spans(text, frozenset(), ()) == ()
