@@ -830,7 +830,10 @@ def main() -> None:
         old = json.loads((RESULTS / "speed.json").read_text())
         kept = ("startup", "indexing", "encoding", "queries", "queries_real")
         result |= {k: old[k] for k in kept if k in old}
-        result["reused"] = f"Startup and indexing rows: the full run of {old['date']}."
+        # A run that itself reused them names the full run it took them from.
+        result["reused"] = (
+            old.get("reused") or f"Startup and indexing rows: the full run of {old['date']}."
+        )
     else:
         result["startup"] = startup(f"{work}/startup", env, args.repeats)
         print(f"startup: {result['startup']}", file=sys.stderr)
