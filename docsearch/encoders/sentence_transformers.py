@@ -10,7 +10,9 @@ torch fp32, bf16 and int8, and for a BERT folder ONNX Runtime fp32 and int8 (`on
 on this CPU, measured once; each keeps the vectors within the quality gate, so the precision is
 not part of the spec; `engine` says which runs). A single text (a search query) runs on SINGLE_TEXT_THREADS
 torch threads: on 2 busy cores a one-row forward with 2 threads waits on the slower thread at
-every op (benchmarks/results/speed.md). `module` and `embed` stay fp32: training optimises them.
+every op (benchmarks/results/speed.md); under "auto" a short query (up to 32 tokens) runs in
+ONNX Runtime fp32 instead (`short_query.py`). `module` and `embed` stay fp32: training optimises
+them.
 Not here: training (see `docsearch.training`).
 """
 
@@ -40,6 +42,7 @@ from docsearch.encoders.precision import (
     onnx_available,
     time_precisions,
 )
+from docsearch.encoders.short_query import ShortQueryEngine
 from docsearch.encoders.weights import resolve_model
 from docsearch.errors import UsageError
 
@@ -94,6 +97,7 @@ class SentenceTransformerEncoder(HFEncoder):
         self._model: Any = self._load()
         if asked in ONNX_PRECISIONS:
             self._check_onnx(asked)
+        short_queries = asked == "auto" and self._onnx_ready() and onnx_available()
         self.precision = asked if asked != "auto" else self._auto_precision()
         # The inference model: the fp32 one itself, or a converted copy made from it (in place
         # while no caller holds the fp32 module, so that no second copy stays in memory), or
@@ -110,6 +114,9 @@ class SentenceTransformerEncoder(HFEncoder):
         self.dim = int(self._info.get_embedding_dimension() or 0)
         self.max_tokens = self._content_budget()
         self.tokenizer = self._info.tokenizer
+        self._short: ShortQueryEngine | None = None
+        if short_queries:
+            self._short = ShortQueryEngine(folder, self._info, self._tokenizing)
 
     def _load(self, *, trainable: bool = False) -> Any:
         """The fp32 model from its folder, with the token cap applied. For inference a BERT
@@ -236,6 +243,7 @@ class SentenceTransformerEncoder(HFEncoder):
         out it may change, so encoding runs it too, converted afresh (see `_inference_model`)."""
         from docsearch.encoders.bert_folder import BertSentenceModel
 
+        self._short = None  # the export holds the folder's weights, not what training changes
         if self._model is None or isinstance(self._model, BertSentenceModel):
             # Converted in place, or the plain-torch forward: the fp32 weights again, as the
             # sentence-transformers model; encoding then runs what training changes.
@@ -268,6 +276,10 @@ class SentenceTransformerEncoder(HFEncoder):
     def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
         import torch
 
+        if len(texts) == 1 and side == "query" and self._short is not None:
+            short = self._short.vector(self.query_prompt + texts[0])
+            if short is not None:
+                return short[None, :]
         model = self._inference_model()
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         training = model.training
