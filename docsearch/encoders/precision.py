@@ -347,7 +347,8 @@ def cached_choices() -> list[dict[str, Any]]:
 
 
 def describe_choices() -> list[str]:
-    """One line per cached choice: "all-MiniLM-L6-v2, 2 threads: onnxruntime fp32 (...)"."""
+    """One line per cached choice: "all-MiniLM-L6-v2, 2 threads: torch bf16 (...); short queries:
+    onnxruntime fp32" (the last part where the model's short queries run there: short_query.py)."""
     lines = []
     for record in cached_choices():
         measured = record.get("measured", {})
@@ -355,9 +356,15 @@ def describe_choices() -> list[str]:
         fp32 = measured.get("fp32", {}).get("seconds")
         speed = f", {fp32 / chosen:.2f}x torch fp32" if chosen and fp32 else ""
         sure = "" if record.get("confident", True) else ", provisional"
+        # A model ONNX Runtime can run (it was a candidate) encodes short queries there.
+        short = (
+            "; short queries: onnxruntime fp32"
+            if "onnx-fp32" in record.get("candidates", [])
+            else ""
+        )
         lines.append(
             f"{record['label']}, {record.get('threads')} threads: {record['engine']} "
-            f"(precision=auto{speed}{sure})"
+            f"(precision=auto{speed}{sure}){short}"
         )
     return lines
 

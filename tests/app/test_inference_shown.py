@@ -39,5 +39,7 @@ def test_models_list_and_doctor_show_what_auto_chose_here(
     listed = json.loads(runner.invoke(app, ["models", "list", "--json"]).stdout)
     [line] = listed["inference"]
     assert line.startswith(shown)
+    # The short-query engine is named where it runs (a BERT folder with the onnx extra).
+    assert line.endswith("; short queries: onnxruntime fp32") == (encoder._short is not None)  # type: ignore[attr-defined]
     doctor = runner.invoke(app, ["doctor"])
     assert f"inference on this machine: {shown}" in doctor.stdout
