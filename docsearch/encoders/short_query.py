@@ -14,10 +14,7 @@ vector is the fp32 one whatever precision the documents were encoded in (each pr
 the gate against fp32). Only "auto" uses it: a precision asked for by name is what runs.
 Longer queries, batches, documents and training go through the encoder's own model; so does
 every query once the module was handed to training (the export holds the folder's weights, not
-the tuned ones), and where the export or its session failed (logged once). Where no export is
-cached yet (precision "auto" makes one when it times the candidates, so this is rare) it is
-made on a thread of its own: an export took 20-100 s, which a search must not wait for; torch
-answers until it is there.
+the tuned ones), and where the export or its session failed (logged once).
 Not here: the export itself (onnx_backend.py), the encoder (sentence_transformers.py).
 """
 
@@ -47,8 +44,6 @@ class ShortQueryEngine:
         self._model: Any = None
         self._failed = False
         self._loading = threading.Lock()
-        self._exporting: threading.Thread | None = None
-        self._path = Path()  # the export's folder, once `_start` named it
 
     def vector(self, text: str) -> np.ndarray | None:
         """`text`'s unit vector, or None when it is longer than SHORT_QUERY_TOKENS tokens or the
@@ -66,55 +61,23 @@ class ShortQueryEngine:
         if self._model is not None or self._failed:
             return self._model
         with self._loading:
-            if self._model is None and not self._failed and self._exporting is None:
+            if self._model is None and not self._failed:
                 try:
-                    self._start()
-                except Exception as exc:  # onnxruntime unloadable, the folder unreadable...
-                    self._give_up(exc)
+                    self._model = self._load()
+                except Exception as exc:  # torch answers: slower, never wrong
+                    self._failed = True
+                    log.warning("short queries stay on torch: ONNX Runtime failed (%s)", exc)
         return self._model
 
-    def _start(self) -> None:
-        """The session opened from the cached export, or the export begun on its own thread."""
+    def _load(self) -> Any:
         from docsearch.encoders import onnx_backend
 
-        self._path = onnx_backend.export_root() / onnx_backend.export_key(self.folder)
-        if (self._path / "export.json").is_file():
-            self._open()
-            return
-        self._exporting = threading.Thread(
-            target=self._export_then_open, name="docsearch-onnx-export", daemon=True
-        )
-        self._exporting.start()
+        exported = onnx_backend.export_root() / onnx_backend.export_key(self.folder)
+        if not (exported / "export.json").is_file():
+            # Exported from the folder's fp32 weights (the encoder's own model may have been
+            # converted in place to another precision); once per model, then cached.
+            from docsearch.encoders.bert_folder import load_bert_folder
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Whether the engine runs, after waiting up to `timeout` s for an export under way."""
-        self._session()
-        if self._exporting is not None:
-            self._exporting.join(timeout)
-        return self._model is not None
-
-    def _export_then_open(self) -> None:
-        from docsearch.encoders import onnx_backend
-        from docsearch.encoders.bert_folder import load_bert_folder
-
-        log.info("exporting %s to ONNX for short queries (once)", self.folder.name)
-        try:
-            # From the folder's fp32 weights: the encoder's own model may be converted in place.
-            onnx_backend.ensure_export(load_bert_folder(self.folder), self.folder)
-        except Exception as exc:  # torch answers: slower, never wrong
-            self._give_up(exc)
-            return
-        self._open()
-
-    def _open(self) -> None:
-        from docsearch.encoders import onnx_backend
-
-        try:
-            path = self._path / "model-fp32.onnx"
-            self._model = onnx_backend.OnnxSentenceModel(path, self.like, THREADS)
-        except Exception as exc:
-            self._give_up(exc)
-
-    def _give_up(self, exc: Exception) -> None:
-        self._failed = True
-        log.warning("short queries stay on torch: ONNX Runtime failed (%s)", exc)
+            log.info("exporting %s to ONNX for short queries (once)", self.folder.name)
+            exported = onnx_backend.ensure_export(load_bert_folder(self.folder), self.folder)
+        return onnx_backend.OnnxSentenceModel(exported / "model-fp32.onnx", self.like, THREADS)
