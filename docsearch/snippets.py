@@ -11,16 +11,23 @@ Not here: PDF coordinates (we have none from pypdf), cross-chunk passages.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from docsearch.text import WORD, content_stems, identifiers, stem
+from docsearch.text import WORD, content_stems, identifiers, stem, stems
 
 if TYPE_CHECKING:
     from docsearch.query import ParsedQuery
 
-_SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
+# Where a sentence ends: whitespace after . ! ? ; or : (the punctuation kept with the sentence
+# before), or a line break. Each match's end starts the next sentence.
+_SENTENCE = re.compile(r"[.!?;:]\s+|\n+")
+_NON_SPACE = re.compile(r"\S+")
+_Found = tuple[int, int, str]  # a query-term word: where it starts and ends, its stem
+_Window = tuple[int, int, range]  # start, end, the sentences it holds whole (see `_windows`)
 
 
 @dataclass(frozen=True)
@@ -53,12 +60,13 @@ class Snippet:
 
 
 def mark_spans(text: str, terms: Set[str], idents: Sequence[str]) -> tuple[tuple[int, int], ...]:
-    spans = []
-    # The distinct words first (C-level loops over the cached stems), then the spans of those
-    # that match: most of a passage's words are not query terms.
-    matching = set(filter(lambda w: stem(w) in terms, set(WORD.findall(text)))) if terms else ()
-    if matching:
-        spans = [m.span() for m in WORD.finditer(text) if m[0] in matching]
+    return _merged([(start, end) for start, end, _ in _term_words(text, terms)], text, idents)
+
+
+def _merged(
+    spans: list[tuple[int, int]], text: str, idents: Sequence[str]
+) -> tuple[tuple[int, int], ...]:
+    """`spans` and those of `text`'s identifiers (any case), overlapping ones merged, in order."""
     for ident in idents:
         spans += [m.span() for m in re.finditer(re.escape(ident), text, re.IGNORECASE)]
     merged: list[tuple[int, int]] = []
@@ -70,7 +78,31 @@ def mark_spans(text: str, terms: Set[str], idents: Sequence[str]) -> tuple[tuple
     return tuple(merged)
 
 
-def _windows(text: str, max_chars: int) -> tuple[list[tuple[int, int, range]], list[range]]:
+def _term_words(text: str, terms: Set[str]) -> list[_Found]:
+    """(start, end, stem) of each word of `text` that stems to a query term, in order. The
+    distinct words are stemmed (C-level lookups of words met before), then only the matching
+    ones are looked for (str.find): most of a passage's words are not query terms."""
+    if not terms:
+        return []
+    distinct = list(set(WORD.findall(text)))
+    matching = {w: s for w, s in zip(distinct, stems(distinct), strict=True) if s in terms}
+    if not matching:
+        return []
+    found = []
+    for word, word_stem in matching.items():
+        at = text.find(word)
+        while at >= 0:
+            end = at + len(word)
+            # a whole word: no word character (what `\w` matches) either side
+            if not (at and _word_char(text[at - 1])) and not (
+                end < len(text) and _word_char(text[end])
+            ):
+                found.append((at, end, word_stem))
+            at = text.find(word, end)  # an occurrence starting inside this one is no whole word
+    return sorted(found)
+
+
+def _windows(text: str, max_chars: int) -> tuple[list[_Window], list[range]]:
     """Consecutive sentence runs of up to `max_chars` as (start, end, the sentences it holds
     whole: empty for one long sentence cut at `max_chars`), and the sentences' spans."""
     bounds = [0] + [m.end() for m in _SENTENCE.finditer(text)] + [len(text)]
@@ -86,37 +118,68 @@ def _windows(text: str, max_chars: int) -> tuple[list[tuple[int, int, range]], l
     return windows or [(0, min(len(text), max_chars), range(0))], sentences
 
 
-def _counts(passage: str, terms: Set[str], idents: Sequence[str]) -> tuple[set[str], set[str], int]:
-    """(identifiers present, distinct query terms present, total term hits) of a passage."""
-    # map and filter over the cached stem: the words are counted in C-level loops
-    hits = list(filter(terms.__contains__, map(stem, WORD.findall(passage)))) if terms else []
-    found: set[str] = set()
-    if idents:
-        lowered = passage.lower()
-        found = {i for i in idents if i.lower() in lowered}
-    return found, set(hits), len(hits)
+def _idents_in(passage: str, idents: Sequence[str]) -> set[str]:
+    if not idents:
+        return set()
+    lowered = passage.lower()
+    return {i for i in idents if i.lower() in lowered}
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"  # what `\w` matches
+
+
+def _window_words(text: str, window: _Window, words: list[_Found], terms: Set[str]) -> list[_Found]:
+    """The query-term words inside `window` (of the chunk's `words`), and, where the window
+    cuts a long sentence inside a word, that word's cut piece if its stem is a query term (a
+    snippet counts and marks the words it shows, as they show)."""
+    start, end, whole = window
+    inside = [one for one in words if start <= one[0] and one[1] <= end]
+    if whole or not terms or end >= len(text) or not _word_char(text[end]):
+        return inside
+    at = end
+    while at > start and _word_char(text[at - 1]):
+        at -= 1
+    piece = stem(text[at:end]) if at < end else ""
+    return inside + [(at, end, piece)] if piece in terms else inside
 
 
 def _best_window(
     text: str,
-    windows: list[tuple[int, int, range]],
+    windows: list[_Window],
     sentences: list[range],
+    words: list[_Found],
     terms: Set[str],
     idents: Sequence[str],
 ) -> int:
     """The window with the most identifiers, then distinct terms, then hits (earliest on ties).
-    Each sentence is counted once: words and identifiers never cross a sentence boundary (a
-    run of whitespace), so a window's counts are its sentences' counts put together."""
-    per_sentence = [_counts(text[s.start : s.stop], terms, idents) for s in sentences]
+    A window of whole sentences counts as its sentences put together: words never cross a
+    sentence boundary (a run of whitespace), so each lies in the sentence that starts at or
+    before it. One long sentence cut at the window's end counts what the window shows."""
+    per_sentence: list[list[str]] = [[] for _ in sentences]
+    starts = [one.start for one in sentences]
+    for at, _, word_stem in words:
+        per_sentence[bisect_right(starts, at) - 1].append(word_stem)
+    held = [_idents_in(text[one.start : one.stop], idents) for one in sentences]
 
-    def score(window: tuple[int, int, range]) -> tuple[int, int, int]:
+    def score(window: _Window) -> tuple[int, int, int]:
         start, end, whole = window
-        parts = [per_sentence[i] for i in whole] or [_counts(text[start:end], terms, idents)]
-        found = set().union(*(p[0] for p in parts))
-        present = set().union(*(p[1] for p in parts))
-        return len(found), len(present), sum(p[2] for p in parts)
+        if not whole:
+            shown = [s for _, _, s in _window_words(text, window, words, terms)]
+            return len(_idents_in(text[start:end], idents)), len(set(shown)), len(shown)
+        stems = [s for i in whole for s in per_sentence[i]]
+        return len(set().union(*(held[i] for i in whole))), len(set(stems)), len(stems)
 
     return max(range(len(windows)), key=lambda i: (score(windows[i]), -i))
+
+
+def _first_mark(window_text: str, shown: list[tuple[int, int]], idents: Sequence[str]) -> int:
+    """Where the window's first marked term starts in it (0 for none)."""
+    firsts = [start for start, _ in shown[:1]]
+    for ident in idents:
+        found = re.search(re.escape(ident), window_text, re.IGNORECASE)
+        firsts += [found.start()] if found else []
+    return min(firsts, default=0)
 
 
 def make_snippet(
@@ -130,15 +193,33 @@ def make_snippet(
     else:
         terms, idents = query.stems, query.identifiers
     windows, sentences = _windows(text, max_chars)
+    words = _term_words(text, terms)
     best = 0
-    if len(windows) > 1 and (terms or idents):
-        best = _best_window(text, windows, sentences, terms, idents)
+    if len(windows) > 1 and (words or idents):  # without either every window scores nothing
+        best = _best_window(text, windows, sentences, words, terms, idents)
     start, end, _ = windows[best]
-    in_source = mark_spans(text[start:end], terms, idents)
-    anchor = offset + start + (in_source[0][0] if in_source else 0)
-    passage = " ".join(text[start:end].split())
+    window = text[start:end]
+    shown = [(a - start, b - start) for a, b, _ in _window_words(text, windows[best], words, terms)]
+    anchor = offset + start + _first_mark(window, shown, idents)
+    body = " ".join(window.split())
     prefix = "… " if start > 0 else ""
     suffix = " …" if end < len(text.rstrip()) else ""
-    passage = prefix + passage + suffix
-    marks = mark_spans(passage, terms, idents)
-    return Snippet(passage, marks, offset + start, offset + end, anchor)
+    passage = prefix + body + suffix
+    moved = [(a + len(prefix), b + len(prefix)) for a, b in _collapsed(window, body, shown)]
+    return Snippet(passage, _merged(moved, passage, idents), offset + start, offset + end, anchor)
+
+
+def _collapsed(window: str, body: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` of `window` (none crossing whitespace) where they are in `body`, the window
+    with each run of whitespace as one space and none at either end."""
+    if body == window or not spans:
+        return spans
+    pieces = [(m.start(), m.end()) for m in _NON_SPACE.finditer(window)]
+    starts = [start for start, _ in pieces]
+    placed = list(accumulate((end - start + 1 for start, end in pieces), initial=0))  # in body
+    moved = []
+    for start, end in spans:
+        piece = bisect_right(starts, start) - 1
+        at = placed[piece] + start - starts[piece]
+        moved.append((at, at + end - start))
+    return moved

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Collection
 from functools import lru_cache
 
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -56,6 +57,29 @@ def _stemmer():  # type: ignore[no-untyped-def]
 def stem(word: str) -> str:
     """Snowball stem of a lower-cased word (cached: snippets stem the same words again and again)."""
     return str(_stemmer().stemWord(word.lower()))
+
+
+_STEMS: dict[str, str] = {}  # word -> stem, each word `stems` has met
+_MAX_STEMS = 200_000
+
+
+def stems(words: Collection[str]) -> list[str]:
+    """The stem of each of `words`, in order. A snippet stems a chunk's hundred-odd distinct
+    words: looked up in a plain dict by C-level map where all were met before (one Python call
+    per word through `stem`'s cache cost a snippet ~60 us)."""
+    try:
+        return list(map(_STEMS.__getitem__, words))
+    except KeyError:
+        if len(_STEMS) > _MAX_STEMS:
+            _STEMS.clear()
+        return list(map(_stem_kept, words))
+
+
+def _stem_kept(word: str) -> str:
+    found = _STEMS.get(word)
+    if found is None:
+        found = _STEMS[word] = stem(word)
+    return found
 
 
 def content_stems(text: str) -> frozenset[str]:

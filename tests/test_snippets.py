@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from docsearch.query import ParsedQuery
 from docsearch.snippets import make_snippet, mark_spans
-from docsearch.text import content_stems
+from docsearch.text import WORD, content_stems, stem
 
 CASES = [
     (
@@ -89,3 +91,45 @@ def test_marks_cover_every_form_of_a_term_and_each_identifier() -> None:
         "Terminate", "terminated", "TERMINATION", "7.2(a)", "7.2(A)",
     ]  # fmt: skip
     assert mark_spans(text, frozenset(), ()) == ()
+
+
+# Words and separators a chunk is made of: query words in several forms, words that hold a
+# query word inside them (not whole words), underscores and digits (word characters), line
+# breaks and runs of spaces (collapsed in the passage), sentence ends, and a long word.
+_PIECES = st.sampled_from(
+    ["terminate", "Termination", "TERMINATED", "determination", "terminate_x", "x_terminate",
+     "cause", "causes", "because", "7.2(a)", "notice", "Café", "the", "2terminate", "rent",
+     "w" * 60]
+)  # fmt: skip
+_GAPS = st.sampled_from([" ", "  ", "\n", "\n\n", ". ", "; ", ", ", " \t ", "! \n"])
+
+
+@st.composite
+def _chunks(draw: st.DrawFn) -> str:
+    words = draw(st.lists(_PIECES, min_size=1, max_size=120))
+    gaps = draw(st.lists(_GAPS, min_size=len(words), max_size=len(words)))
+    return draw(st.sampled_from(["", " ", "\n"])) + "".join(
+        w + g for w, g in zip(words, gaps, strict=True)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_chunks(), st.sampled_from(["terminate for cause", "Section 7.2(a) notice", "café rent"]))
+def test_marks_are_exactly_the_passages_query_words(text: str, query: str) -> None:
+    parsed = ParsedQuery.parse(query)
+    snippet = make_snippet(text, parsed, max_chars=120, offset=3)
+    expected = mark_spans(snippet.text, parsed.stems, parsed.identifiers)
+    assert snippet.marks == expected  # what marking the shown passage on its own gives
+    for word in WORD.finditer(snippet.text):  # every whole word that is a query term is marked
+        if stem(word[0]) in parsed.stems:
+            assert any(a <= word.start() and word.end() <= b for a, b in snippet.marks)
+    for start, end in snippet.marks:
+        shown = snippet.text[start:end]
+        is_ident = any(i.lower() in shown.lower() for i in parsed.identifiers)
+        assert is_ident or stem(shown) in parsed.stems
+    assert snippet.char_start - 3 <= snippet.anchor - 3 <= snippet.char_end - 3
+    window = text[snippet.char_start - 3 : snippet.char_end - 3]
+    assert " ".join(window.split()) in snippet.text
+    if snippet.marks:  # the anchor is the first marked word, in the document's own text
+        first = snippet.text[slice(*snippet.marks[0])]
+        assert text[snippet.anchor - 3 :].lower().startswith(first.lower())
