@@ -25,7 +25,7 @@ from docsearch.errors import UsageError
 from docsearch.indexer.filters import ChunkFilter, bad_where, lance_problem, sql_in, sql_str
 from docsearch.store.checkpoint import read_pending_vectors
 from docsearch.store.database import Database
-from docsearch.store.exact import ExactVectors
+from docsearch.store.exact import ROW_ID, ExactVectors
 from docsearch.store.pending import hiding, pending_paths
 from docsearch.store.schema import (
     DOC_COLUMNS,
@@ -37,6 +37,7 @@ from docsearch.store.schema import (
     FileRecord,
     FileStats,
     candidate,
+    candidates,
     doc_candidate,
     result_columns,
 )
@@ -259,7 +260,9 @@ class Store:
             None if _narrows(where) else self._exact["chunks"].of(self.dataset("chunks"), columns)
         )
         if exact is not None:
-            found = [candidate(r, r.pop("_similarity")) for r in exact.nearest(vector, k)]
+            nearest = exact.nearest_rows(vector, k)
+            rows = [exact.values[i] for i, _ in nearest]
+            found = candidates(exact.names, rows, [s for _, s in nearest])
             return self.with_text(found) if text else found
         scan = {
             "nearest": _nearest(vector, k),
@@ -296,7 +299,7 @@ class Store:
         if not _narrows(where) and self.has_documents:
             exact = self._exact["docs"].of(self.dataset("docs"), DOC_COLUMNS)
         if exact is not None:
-            return [doc_candidate(r, r.pop("_similarity")) for r in exact.nearest(vector, k)]
+            return [doc_candidate(exact.row(i), s) for i, s in exact.nearest_rows(vector, k)]
         if not per_document(where, self.has_documents):
             return []
         scan = {"nearest": _nearest(vector, k)}
@@ -330,10 +333,20 @@ class Store:
         """The `k` best chunks for `query` by BM25 over `text` (stemmed words), best first
         (`text=False`: their text is left empty, for `with_text` to fill). `query`: words, or
         one of Lance's full-text queries (`search_phrases`)."""
+        dataset = self.dataset("chunks")
+        held = (
+            None
+            if text or _narrows(where)
+            else self._exact["chunks"].of(dataset, result_columns(False))
+        )
+        if held is not None:
+            found = self._search_held(held, dataset, query, k, where)
+            if found is not None:
+                return found
         columns = [*result_columns(text), "_score"]
         scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": columns}
         try:
-            rows = self._scan(where, hide_pending=True, **scan)
+            rows = self._scan(where, hide_pending=True, dataset=dataset, **scan)
         except ValueError:
             # Read on a version from before the full-text index (checked on the error path only)
             indexed, empty = text_index_state(self.dataset("chunks"))
@@ -344,19 +357,50 @@ class Store:
             rows = self._scan(where, hide_pending=True, **scan)  # the index landed since: again
         return [candidate(r, r.pop("_score")) for r in rows]
 
+    def _search_held(
+        self, held: ExactVectors, dataset: Any, query: str | Any, k: int, where: ChunkFilter | None
+    ) -> list[Candidate] | None:
+        """`search_text` without text where the chunks are held: Lance gives the row ids and
+        scores, the held rows the rest (None: a row is not held, or the index is not there:
+        read it all from Lance)."""
+        scan = {"full_text_query": query, "prefilter": True, "limit": k, "columns": ["_score"]}
+        try:
+            found = self._scan_table(
+                where, hide_pending=True, dataset=dataset, with_row_id=True, **scan
+            )
+        except ValueError:
+            return None
+        rows = held.at_row_ids(found.column(ROW_ID).to_pylist())
+        if rows is None:
+            return None
+        scores = found.column("_score").to_pylist()
+        return candidates(held.names, [held.values[i] for i in rows], scores)
+
     def _scan(
-        self, where: str | ChunkFilter | None, *, hide_pending: bool = False, **scan: Any
+        self,
+        where: str | ChunkFilter | None,
+        *,
+        hide_pending: bool = False,
+        dataset: Any = None,
+        **scan: Any,
     ) -> list[dict[str, Any]]:
         """Rows of one read of the chunks table, filtered by `where` (see `count_chunks`)."""
-        return list(self._scan_table(where, hide_pending=hide_pending, **scan).to_pylist())
+        read = self._scan_table(where, hide_pending=hide_pending, dataset=dataset, **scan)
+        return list(read.to_pylist())
 
     def _scan_table(
-        self, where: str | ChunkFilter | None, *, hide_pending: bool = False, **scan: Any
+        self,
+        where: str | ChunkFilter | None,
+        *,
+        hide_pending: bool = False,
+        dataset: Any = None,
+        **scan: Any,
     ) -> Any:
-        """One read of the chunks table, filtered by `where`, as an Arrow table. `hide_pending`
-        (searches): without the rows of files not committed in every table yet."""
+        """One read of the chunks table (`dataset`: the version given, else the latest),
+        filtered by `where`, as an Arrow table. `hide_pending` (searches): without the rows of
+        files not committed in every table yet."""
         with filter_errors(self.dataset, where):
-            dataset = self.dataset("chunks")
+            dataset = dataset or self.dataset("chunks")
             if scan.get("columns"):  # a collection from before OCR, not written since, lacks it
                 stored = set(dataset.schema.names)  # once: each `schema` is built anew
                 scan["columns"] = [c for c in scan["columns"] if c in stored or c[0] == "_"]
@@ -449,7 +493,7 @@ class HeldVectors:
             names = [c for c in columns if c in stored]
             if self.texts:
                 names = [*dict.fromkeys([*names, "id", "text"])]
-            table = dataset.to_table(columns=[*names, "vector"])
+            table = dataset.to_table(columns=[*names, "vector"], with_row_id=True)
             held = ExactVectors.of(table, texts=self.texts)
         self.seen = (dataset.version, held)
         return held

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -152,3 +153,56 @@ def test_passages_of_a_file_indexed_again_since_are_left_out(
     gone = {one.chunk_id for one in found if one.path.endswith("doc0.txt")}
     assert gone and not gone & {one.chunk_id for one in filled}
     assert len(filled) == len(found) - len(gone)
+
+
+def test_bm25_pool_from_held_rows_is_lances_own_read(
+    store: tuple[Store, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunks, _, _ = store
+    mapped: list[list[int] | None] = []
+    at_row_ids = ExactVectors.at_row_ids
+    monkeypatch.setattr(
+        ExactVectors,
+        "at_row_ids",
+        lambda self, ids: mapped.append(at_row_ids(self, ids)) or mapped[-1],
+    )
+    ours = chunks.search_text("coolant pump item", 30, None, text=False)
+    assert len(mapped) == 1 and mapped[0] is not None  # answered from the held rows
+    lance = chunks.search_text("coolant pump item", 30, EVERY_CHUNK, text=False)
+    assert len(ours) == len(lance) > 5
+    assert _by_rank(ours) == _by_rank(lance)  # the same chunks, scores and described fields
+
+
+def test_bm25_pool_after_a_write_holds_the_new_rows(store: tuple[Store, Path, str]) -> None:
+    chunks, root, db = store
+    chunks.search_text("coolant", 100, None, text=False)
+    (root / "late.txt").write_text("The coolant coolant coolant pump, in a late note.\n")
+    assert index_into(db, root, options={"max_tokens": 16}).new == 1
+    found = chunks.search_text("coolant", 100, None, text=False)
+    assert found[0].path.endswith("late.txt")
+    assert _by_rank(found) == _by_rank(chunks.search_text("coolant", 100, EVERY_CHUNK, text=False))
+
+
+def _by_rank(found: list[Any]) -> list[Any]:
+    """Best first, equal BM25 scores (Lance orders ties as its read goes) by chunk id."""
+    return sorted(found, key=lambda one: (-one.score, one.chunk_id))
+
+
+def test_held_rows_share_repeated_strings_and_map_row_ids() -> None:
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "id": ["a", "b", "c"],
+            "path": ["x/one.txt", "x/one.txt", "x/two.txt"],
+            "ordinal": [0, 1, 0],
+            "vector": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+            "_rowid": [7, 8, 4294967296],
+        }
+    )
+    held = ExactVectors.of(table)
+    assert held.names == ("id", "path", "ordinal")
+    assert held.values[0][1] is held.values[1][1]  # one string for the document's chunks
+    assert held.at_row_ids([4294967296, 7]) == [2, 0]
+    assert held.at_row_ids([7, 9]) is None  # a row not held: read it from Lance
+    assert held.row(2) == {"id": "c", "path": "x/two.txt", "ordinal": 0}
