@@ -260,9 +260,9 @@ class Store:
             None if _narrows(where) else self._exact["chunks"].of(self.dataset("chunks"), columns)
         )
         if exact is not None:
-            nearest = exact.nearest_rows(vector, k)
-            rows = [exact.values[i] for i, _ in nearest]
-            found = candidates(exact.names, rows, [s for _, s in nearest])
+            near = exact.nearest_rows(vector, k)
+            rows = [exact.values[i] for i, _ in near]
+            found = candidates(exact.names, rows, [s for _, s in near])
             return self.with_text(found) if text else found
         scan = {
             "nearest": _nearest(vector, k),
