@@ -12,7 +12,8 @@ activations uint8 per tensor, only products with a weight operand: the U8S8 kern
 VNNI where the CPU has it; U8U8 elsewhere, where an 8-bit U8S8 product can saturate). The export
 is written to a temporary folder beside the final one and renamed onto it, so a process never
 sees half an export, and of two processes exporting at once one rename wins and the other's
-copy is dropped. A stale export (another model, exporter or release) has another key: it is
+copy is dropped; within a process exports take turns (torch's exporter keeps its state in
+globals), and one that waited finds the other's export. A stale export (another model, exporter or release) has another key: it is
 built again, never reused.
 
 Measured on MiniLM (benchmarks/results/onnx.md): onnx-fp32 matches torch fp32 to ~2e-7 per
@@ -30,8 +31,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,8 @@ EXPORTER_VERSION = 1  # raise when the exported graph or the quantisation change
 PRECISIONS = ("onnx-fp32", "onnx-int8")
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
+_EXPORTING = threading.Lock()  # one export at a time in a process (`ensure_export`)
+log = logging.getLogger(__name__)
 # The files whose bytes decide the forward (the tokenizer runs outside the graph).
 _IDENTITY_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "model.safetensors")
 
@@ -88,12 +93,28 @@ def export_root() -> Path:
     return cache_home() / "onnx"
 
 
-def ensure_export(model: Any, folder: Path) -> Path:
-    """The folder holding `model`'s fp32 and int8 exports (`model` is the fp32 plain-torch
-    model of `folder`), exported now unless a complete export is already cached."""
+def ensure_export(model: Any | None, folder: Path) -> Path:
+    """The folder holding the fp32 and int8 exports of `folder`'s model, exported now unless a
+    complete export is already cached. `model` is its fp32 plain-torch model; None: loaded from
+    the folder only where an export must be made (a cached one needs no model)."""
     final = export_root() / export_key(folder)
     if (final / "export.json").is_file():
         return final
+    # torch.onnx.export keeps its state in globals: two exports of one process at once fail
+    # ("GLOBALS.in_onnx_export must be False"); the second waits and finds the first's export.
+    with _EXPORTING:
+        if (final / "export.json").is_file():
+            return final
+        if model is None:
+            from docsearch.encoders.bert_folder import load_bert_folder
+
+            log.info("exporting %s to ONNX (once per model)", folder.name)
+            model = load_bert_folder(folder)
+        _export_into(model, folder, final)
+    return final
+
+
+def _export_into(model: Any, folder: Path, final: Path) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
     try:
@@ -108,7 +129,6 @@ def ensure_export(model: Any, folder: Path) -> Path:
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return final
 
 
 def _export_fp32(model: Any, path: Path) -> None:

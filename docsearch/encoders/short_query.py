@@ -72,12 +72,7 @@ class ShortQueryEngine:
     def _load(self) -> Any:
         from docsearch.encoders import onnx_backend
 
-        exported = onnx_backend.export_root() / onnx_backend.export_key(self.folder)
-        if not (exported / "export.json").is_file():
-            # Exported from the folder's fp32 weights (the encoder's own model may have been
-            # converted in place to another precision); once per model, then cached.
-            from docsearch.encoders.bert_folder import load_bert_folder
-
-            log.info("exporting %s to ONNX for short queries (once)", self.folder.name)
-            exported = onnx_backend.ensure_export(load_bert_folder(self.folder), self.folder)
+        # Exported from the folder's fp32 weights (the encoder's own model may have been
+        # converted in place to another precision); once per model, then cached.
+        exported = onnx_backend.ensure_export(None, self.folder)
         return onnx_backend.OnnxSentenceModel(exported / "model-fp32.onnx", self.like, THREADS)

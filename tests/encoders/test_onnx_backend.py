@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -175,3 +176,37 @@ def test_auto_falls_back_to_torch_when_the_export_fails(
     assert "onnx-fp32 left out of precision=auto: exporter broke" in caplog.text
     [saved] = (own_cache / "calibration").glob("precision-*.json")
     assert not set(precision.ONNX_PRECISIONS) & set(json.loads(saved.read_text())["measured"])
+
+
+def test_exports_of_one_process_take_turns_and_the_second_finds_the_first(
+    tiny_st: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads ask for the same export at once (a search's short query and an encoder's
+    calibration): one exports, the other waits and gets it; none exports beside another
+    (torch's exporter fails when two run at once)."""
+    import threading
+    import time
+
+    export = onnx_backend._export_fp32
+    running, exports = [0], []
+
+    def one_at_a_time(model: Any, path: Path) -> None:
+        running[0] += 1
+        exports.append(running[0])  # how many were exporting as this one started
+        time.sleep(0.3)  # long enough for the other thread to arrive
+        export(model, path)
+        running[0] -= 1
+
+    monkeypatch.setattr(onnx_backend, "_export_fp32", one_at_a_time)
+    found: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: found.append(onnx_backend.ensure_export(None, tiny_st)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    final = onnx_backend.export_root() / onnx_backend.export_key(tiny_st)
+    assert found == [final, final] and exports == [1]
+    assert (final / "model-fp32.onnx").is_file() and (final / "model-int8.onnx").is_file()
