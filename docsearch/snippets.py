@@ -4,7 +4,9 @@ Terms match by Snowball stem ("terminate" marks "termination"), the way the full
 matches them (`docsearch.text` owns words, stems and identifiers). Inside a chunk, overlapping
 sentence windows are scored by the identifiers they contain verbatim, then the number of
 distinct query terms, then total hits (BM25's idf is useless across overlapping windows of one
-chunk); the best window becomes the snippet.
+chunk); the best window becomes the snippet. A chunk's query-term words are found once
+(`_term_words`) and each window is scored and marked from them: a search makes ~30 snippets of
+~1,000-character chunks, and scanning each window's text again cost a short query ~1.5 ms.
 Not here: PDF coordinates (we have none from pypdf), cross-chunk passages.
 """
 
@@ -167,8 +169,8 @@ def _best_window(
         if not whole:
             shown = [s for _, _, s in _window_words(text, window, words, terms)]
             return len(_idents_in(text[start:end], idents)), len(set(shown)), len(shown)
-        stems = [s for i in whole for s in per_sentence[i]]
-        return len(set().union(*(held[i] for i in whole))), len(set(stems)), len(stems)
+        hits = [s for i in whole for s in per_sentence[i]]
+        return len(set().union(*(held[i] for i in whole))), len(set(hits)), len(hits)
 
     return max(range(len(windows)), key=lambda i: (score(windows[i]), -i))
 
