@@ -238,6 +238,19 @@ class Retriever:
         paths: Sequence[str] | None,
         granularity: str,
     ) -> SearchResult[Hit]:
+        with self.store.tables.reading():  # this thread's legs read one version of each table
+            return self._answer(query, k, mode, where, path, paths, granularity)
+
+    def _answer(
+        self,
+        query: str,
+        k: int,
+        mode: str | None,
+        where: str | None,
+        path: str | None,
+        paths: Sequence[str] | None,
+        granularity: str,
+    ) -> SearchResult[Hit]:
         text = clean_query(query)
         k = whole_number(k)
         if granularity not in GRANULARITIES:

@@ -300,11 +300,12 @@ def test_a_document_search_reads_the_text_of_the_chunks_it_shows(
     assert all(p.snippet.text.strip("… ") in " ".join(p.text.split()) for p in shown)
 
 
-def test_a_document_indexed_again_between_the_reads_shows_its_new_text(
+def test_a_document_indexed_again_during_a_search_shows_the_version_it_ranked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A file indexed again after the legs read its chunks and before their text is read: the
-    hit shows passages of what the file holds now, never an empty one."""
+    search reads one version of each table (`Store.tables.reading`), so the hit shows the passages it
+    was ranked by, never an empty one; the next search shows what the file holds now."""
     from docsearch.store.reads import Store
 
     _write_corpus(tmp_path / "docs")
@@ -321,9 +322,15 @@ def test_a_document_indexed_again_between_the_reads_shows_its_new_text(
         return real(self, found)
 
     monkeypatch.setattr(Store, "with_text", reindex_first)
-    hits = Retriever("lex", db=db).search(QUERY, k=5, mode="lexical")
-    shown = next(h for h in hits if h.path.endswith("spread.txt"))
-    assert shown.passages and all(p.text.startswith("Rewritten") for p in shown.passages)
+    retriever = Retriever("lex", db=db)
+    shown = next(
+        h for h in retriever.search(QUERY, k=5, mode="lexical") if h.path.endswith("spread.txt")
+    )
+    assert shown.passages and all(p.text.startswith("In shift") for p in shown.passages)
+    again = next(
+        h for h in retriever.search(QUERY, k=5, mode="lexical") if h.path.endswith("spread.txt")
+    )
+    assert again.passages and all(p.text.startswith("Rewritten") for p in again.passages)
 
 
 def test_a_lone_hit_shows_a_readable_score(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 Reads go straight to the Lance datasets under the tables (the same files, the same indexes and
 scores as LanceDB's): importing `lancedb` costs seconds, and `search --mode lexical` must start
-fast. Every read opens the table's latest version, so it sees other writers' commits. Searches
+fast. Every read opens the table's latest version, so it sees other writers' commits; within
+`tables.reading()` (one search) a table is opened once and read at that version. Searches
 (vector, BM25, phrase) return typed `Candidate`s filtered by a `ChunkFilter` (whole documents:
 `DocCandidate`s; BM25 over unstemmed words, cosine to the mean chunk vector); they leave out the
 paths a commit lists as pending in the version they read (`pending.py`). Unfiltered nearest
@@ -41,7 +42,7 @@ from docsearch.store.schema import (
     doc_candidate,
     result_columns,
 )
-from docsearch.store.tables import READY, VECTOR_INDEX_MIN_ROWS, table_prefix
+from docsearch.store.tables import READY, VECTOR_INDEX_MIN_ROWS, OpenedTables, table_prefix
 
 # Queries visit every partition's graph of an ANN index with a wide beam (measured in
 # benchmarks/speed.py: latency and recall@10 against exact search).
@@ -76,6 +77,7 @@ class Store:
         self._has_documents = False
         # The chunks' text is held too: the passages a search shows read it there.
         self._exact = {"chunks": HeldVectors(texts=True), "docs": HeldVectors()}
+        self.tables = OpenedTables(database, self.prefix)  # `tables.reading()`: one search
         self.meta = stored_meta(self.dataset("chunks"))
         if self.meta.schema_version > SCHEMA_VERSION:
             raise UsageError(
@@ -100,8 +102,8 @@ class Store:
         raise AssertionError("unreachable")
 
     def dataset(self, table: str) -> Any:
-        """The latest version of a table's Lance dataset, for reading."""
-        return self.database.dataset(f"{self.prefix}__{table}")
+        """A table's Lance dataset, for reading (`OpenedTables.dataset`)."""
+        return self.tables.dataset(table)
 
     def is_current(self) -> bool:
         """Whether the collection on disk is still the one this Store opened: False once it was
@@ -349,7 +351,7 @@ class Store:
             rows = self._scan(where, hide_pending=True, dataset=dataset, **scan)
         except ValueError:
             # Read on a version from before the full-text index (checked on the error path only)
-            indexed, empty = text_index_state(self.dataset("chunks"))
+            indexed, empty = text_index_state(self.tables.latest("chunks"))
             if not indexed and empty:
                 return []
             if not indexed:

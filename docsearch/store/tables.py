@@ -7,6 +7,7 @@ versions (`versions.py`). A Lance table exists once its first manifest (`_versio
 is written; a process killed while creating one leaves a folder without it (only
 `_transactions/`): not a table, and no data in it, hence the three states READY, INCOMPLETE and
 ABSENT.
+`OpenedTables`: one version's tables opened for reading, once per search within `reading()`.
 Not here: which collections exist and opening them (`database.py`), reads and writes.
 """
 
@@ -14,8 +15,14 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from docsearch.store.database import Database
 
 READY, INCOMPLETE, ABSENT = "ready", "incomplete", "absent"
 COLLECTION_TABLES = ("chunks", "files")
@@ -123,3 +130,38 @@ def last_write(dataset: Any) -> float:
 def has_index(table: Any, name: str) -> bool:
     """Whether a LanceDB table has the index `name`."""
     return name in {cfg.name for cfg in table.list_indices()}
+
+
+class OpenedTables:
+    """One version's tables opened for reading: each read opens a table's latest version (it sees
+    other writers' commits), except within `reading()` on a thread, where each table is opened
+    once and read at that version until the block ends. A search runs in one such block, so its
+    legs and passages read one version of each table (and six opens cost a short query ~1 ms)."""
+
+    def __init__(self, database: Database, prefix: str) -> None:
+        self.database, self.prefix = database, prefix
+        self._local = threading.local()  # `opened`: table -> dataset, within `reading()`
+
+    def dataset(self, table: str) -> Any:
+        """`table`'s dataset: the one this thread's `reading()` opened first, else the latest."""
+        opened: dict[str, Any] | None = getattr(self._local, "opened", None)
+        if opened is None:
+            return self.latest(table)
+        found = opened.get(table)
+        if found is None:
+            found = opened[table] = self.latest(table)
+        return found
+
+    def latest(self, table: str) -> Any:
+        return self.database.dataset(f"{self.prefix}__{table}")
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        if getattr(self._local, "opened", None) is not None:  # within one already
+            yield
+            return
+        self._local.opened = {}
+        try:
+            yield
+        finally:
+            self._local.opened = None

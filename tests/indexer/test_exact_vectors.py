@@ -206,3 +206,17 @@ def test_held_rows_share_repeated_strings_and_map_row_ids() -> None:
     assert held.at_row_ids([4294967296, 7]) == [2, 0]
     assert held.at_row_ids([7, 9]) is None  # a row not held: read it from Lance
     assert held.row(2) == {"id": "c", "path": "x/two.txt", "ordinal": 0}
+
+
+def test_one_search_reads_one_version_of_each_table(store: tuple[Store, Path, str]) -> None:
+    """Within `tables.reading()` a table is read at the version the block opened first, whatever lands
+    meanwhile; the next block (the next search) reads the new version."""
+    chunks, root, db = store
+    with chunks.tables.reading():
+        before = chunks.search_text("ferries", 100, None, text=False)
+        (root / "late.txt").write_text("Ferries ferries ferries: the late timetable.\n")
+        assert index_into(db, root, options={"max_tokens": 16}).new == 1
+        assert chunks.search_text("ferries", 100, None, text=False) == before
+        assert chunks.dataset("chunks") is chunks.dataset("chunks")
+    after = chunks.search_text("ferries", 100, None, text=False)
+    assert after[0].path.endswith("late.txt") and len(after) == len(before) + 1
