@@ -398,7 +398,7 @@ class Store:
         dataset: Any = None,
         **scan: Any,
     ) -> Any:
-        """One read of the chunks table (`dataset`: the version given, else the latest),
+        """One read of the chunks table (`dataset`: the version given, else `Store.dataset`'s),
         filtered by `where`, as an Arrow table. `hide_pending` (searches): without the rows of
         files not committed in every table yet."""
         with filter_errors(self.dataset, where):
