@@ -221,11 +221,14 @@ class Retriever:
         """As `search`, with how it was answered: a `docsearch.results.SearchResult` (the
         hits, the mode that answered, the mode asked for, the rule that ranked, why the mode
         fell back)."""
-        return self._succession.on_serving(
-            lambda version: version._search(
-                query, k, mode, where, path=path, paths=paths, granularity=granularity
-            )
-        )
+
+        def answer(version: Retriever) -> SearchResult[Hit]:
+            with version.store.tables.reading():  # its legs read one version of each table
+                return version._search(
+                    query, k, mode, where, path=path, paths=paths, granularity=granularity
+                )
+
+        return self._succession.on_serving(answer)
 
     def _search(
         self,
@@ -234,19 +237,6 @@ class Retriever:
         mode: str | None,
         where: str | None,
         *,
-        path: str | None,
-        paths: Sequence[str] | None,
-        granularity: str,
-    ) -> SearchResult[Hit]:
-        with self.store.tables.reading():  # this thread's legs read one version of each table
-            return self._answer(query, k, mode, where, path, paths, granularity)
-
-    def _answer(
-        self,
-        query: str,
-        k: int,
-        mode: str | None,
-        where: str | None,
         path: str | None,
         paths: Sequence[str] | None,
         granularity: str,
