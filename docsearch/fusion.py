@@ -32,10 +32,17 @@ Scores = Mapping[str, float]
 METHODS = ("maxnorm", "rrf", "minmax", "zscore")
 
 
+def best_first(scores: Scores) -> list[str]:
+    """The keys of {key: score} by score, highest first, ties by key (for determinism)."""
+    # Keys sorted, then a stable sort by score alone (reverse keeps equals in key order): the
+    # order a (-score, key) tuple key gives, without a Python call per key (2-3x faster; a
+    # short query sorts six pools of up to 500).
+    return sorted(sorted(scores), key=scores.__getitem__, reverse=True)
+
+
 def ranks(scores: Scores) -> dict[str, int]:
     """{key: score} -> {key: 1-based rank}, ties broken by key for determinism."""
-    ordered = sorted(scores, key=lambda key: (-scores[key], key))
-    return {key: i + 1 for i, key in enumerate(ordered)}
+    return {key: i + 1 for i, key in enumerate(best_first(scores))}
 
 
 def _normalised(scores: Scores, method: str, k: int) -> tuple[dict[str, float], float]:
@@ -101,7 +108,7 @@ def aggregate(per_doc: Mapping[str, Sequence[float]], how: str) -> dict[str, flo
 
 def overlap_at_10(a: Scores, b: Scores) -> float:
     """Share of the two rankings' top 10 keys that they have in common (out of 10)."""
-    top_a, top_b = (set(sorted(s, key=lambda key: (-s[key], key))[:10]) for s in (a, b))
+    top_a, top_b = (set(best_first(s)[:10]) for s in (a, b))
     return len(top_a & top_b) / 10.0
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from docsearch.fusion import Fusion, aggregate, ranks
+from docsearch.fusion import Fusion, aggregate, best_first, ranks
 from docsearch.hits import Hit, Passage, passage
 from docsearch.indexer.filters import ChunkFilter, sql_str
 from docsearch.query import MAX_K, ParsedQuery
@@ -44,7 +44,7 @@ class Ranking:
     ) -> None:
         self.rule = rule
         self.fused, self.agreement = rule.fuse(legs)
-        self.order = sorted(self.fused, key=lambda key: (-self.fused[key], key))
+        self.order = best_first(self.fused)
         self.shown = shown  # the scores a breakdown reports (raw: before any lift)
         self.ranks = {leg: ranks(scores) for leg, scores in legs.items()}
 
