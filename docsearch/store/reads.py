@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ from docsearch.store.schema import (
     FileStats,
     candidate,
     candidates,
+    changed,
     doc_candidate,
     result_columns,
 )
@@ -246,7 +246,7 @@ class Store:
         texts = held.texts if held is not None and held.texts is not None else None
         if texts is None:
             texts = read_texts(dataset, found)
-        return [replace(one, text=texts[one.chunk_id]) for one in found if one.chunk_id in texts]
+        return [changed(one, text=texts[one.chunk_id]) for one in found if one.chunk_id in texts]
 
     # -- searching -------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from docsearch.encoders.base import describe, same_identity
 from docsearch.errors import EncoderMismatchError, UsageError
@@ -175,6 +175,23 @@ class Candidate(ChunkView):
     raw_score: float
 
 
+CHUNK_VIEW_FIELDS = tuple(f.name for f in fields(ChunkView))
+_View = TypeVar("_View", bound=ChunkView)
+
+
+def changed(one: _View, **changes: Any) -> _View:
+    """`dataclasses.replace` for a ChunkView and its subclasses (frozen, every field set by
+    __init__, no __post_init__): a copy of its attributes with `changes`, made without the
+    generated __init__ (~10 us a call; a search copies ~30 chunks to add their text)."""
+    if not changes.keys() <= one.__dict__.keys():
+        raise TypeError(
+            f"{type(one).__name__} has no field {sorted(changes.keys() - one.__dict__.keys())}"
+        )
+    made = object.__new__(type(one))
+    made.__dict__.update(one.__dict__, **changes)
+    return made
+
+
 # What a search reads: the chunk columns of ChunkView (`id` is its chunk_id), not the vector.
 RESULT_COLUMNS = ["id" if f.name == "chunk_id" else f.name for f in fields(ChunkView)]
 
@@ -223,11 +240,15 @@ def candidates(
             candidate(dict(zip(columns, row, strict=True)), score)
             for row, score in zip(rows, scores, strict=True)
         ]
+    # Each candidate's instance dict filled from one tuple (its values, the fills, the score
+    # twice): a pool of 500 real rows in 0.9 ms, where an update with the fills as keywords and
+    # the scores set after took 1.2 ms.
+    every = (*names, *fill, "score", "raw_score")
+    fills = tuple(fill.values())
     made = []
     for row, score in zip(rows, scores, strict=True):
-        one = object.__new__(Candidate)
-        one.__dict__.update(zip(names, row, strict=True), **fill)
-        one.__dict__["score"] = one.__dict__["raw_score"] = float(score)
+        one, value = object.__new__(Candidate), float(score)
+        one.__dict__.update(zip(every, (*row, *fills, value, value), strict=True))
         made.append(one)
     return made
 
