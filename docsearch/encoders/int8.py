@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from docsearch.encoders.file_pages import drop_pages
+
 # The SmoothQuant exponent: 0.5 splits a channel's range evenly between activations and
 # weights (0.4-0.6 measured alike, 0 and 0.85 far worse).
 SMOOTHING = 0.5
@@ -183,6 +185,9 @@ def quantise(model: nn.Module, run_sample: Callable[[nn.Module], Any]) -> nn.Mod
         parent, _, leaf = name.rpartition(".")
         with torch.no_grad():
             setattr(model.get_submodule(parent), leaf, Int8Linear(linear, seen[name]))
+    # The fp32 weights replaced (and those fused, kept but never read again) were read by the
+    # calibration: where they are pages of a mapped weights file, those would stay resident.
+    drop_pages(linears[name].weight for name in seen if name in linears)
     return model
 
 
