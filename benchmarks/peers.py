@@ -946,7 +946,7 @@ def orchestrate(args: argparse.Namespace) -> None:
         summary = summarise(bench.runs, tokens)
         report = {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": " ".join(["python", "benchmarks/peers.py", *sys.argv[1:]]),
+            "command": " ".join([*isa_caps(), "python", "benchmarks/peers.py", *sys.argv[1:]]),
             "machine": machine(),
             "threads": args.threads,
             "contracts": args.contracts,
@@ -966,6 +966,19 @@ def orchestrate(args: argparse.Namespace) -> None:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"kept {work}")
+
+
+def isa_caps() -> list[str]:
+    """The CPU-class caps this run was under, as they would be typed before the command.
+
+    They change every tool's speed, so a report that leaves them out cannot be rerun."""
+    names = (
+        "ONEDNN_MAX_CPU_ISA",
+        "ATEN_CPU_CAPABILITY",
+        "DNNL_MAX_CPU_ISA",
+        "MKL_ENABLE_INSTRUCTIONS",
+    )
+    return [f"{name}={os.environ[name]}" for name in names if name in os.environ]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
