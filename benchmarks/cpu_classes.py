@@ -2,7 +2,7 @@
 
     python benchmarks/cpu_classes.py [--classes amx,avx512-bf16,avx512-vnni,avx2]
         [--contracts 15] [--rounds 2] [--tools docsearch,txtai,fastembed,hand] [--threads 2]
-        [--lock FILE] [--out benchmarks/results]
+        [--lock FILE] [--out benchmarks/results] [--name cpu_classes] [--host SUFFIX]
 
 A class is a set of ISA caps (CLASSES) put into the environment of every process of its run,
 so that torch's kernel libraries take the kernels that class of CPU has: oneDNN
@@ -116,12 +116,10 @@ def one_class(label: str, args: argparse.Namespace, shared: Path) -> dict[str, A
         load_before = os.getloadavg()[0]
         auto = auto_verdict(shared, args.threads, env)
         print(f"{label}: auto chose {auto['choice']} ({auto['speed_vs_fp32']})", flush=True)
-        name = f"peers_class_{label}"
+        name = f"peers_class_{label}{args.host}"
         peers_run(name, args, auto["choice"], env)
     path = Path(args.out) / f"{name}.json"
-    report = json.loads(path.read_text())
-    setting = " ".join(f"{k}={v}" for k, v in caps.items())
-    report["command"] = f"{setting} {report['command']}".strip()
+    report = json.loads(path.read_text())  # its command carries the caps (peers.isa_caps)
     report |= {"cpu_class": label, "isa_caps": caps, "auto": auto}
     peers.write_report(report, Path(args.out), name)
     loads = [r["load_before"] for r in report["order"]] + [r["load_after"] for r in report["order"]]
@@ -194,6 +192,12 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(peers.RESULTS))
     parser.add_argument("--name", default="cpu_classes")
+    parser.add_argument(
+        "--host",
+        default="",
+        help="a suffix for the per-class reports' names, so that one host's run of a class "
+        "keeps another host's (e.g. _amd: peers_class_avx512-bf16_amd.md)",
+    )
     args = parser.parse_args()
     shared = Path(tempfile.mkdtemp(prefix="cpu-classes-"))
     auto_choice.export_once(shared, class_env({}, shared))
