@@ -90,7 +90,7 @@ def class_env(caps: dict[str, str], cache: Path) -> dict[str, str]:
     )
 
 
-_ALL_CAPS = {name for caps in CLASSES.values() for name in caps} | {"DNNL_MAX_CPU_ISA"}
+_ALL_CAPS = set(peers.ISA_CAPS)
 
 
 def auto_verdict(shared: Path, threads: int, env: dict[str, str]) -> dict[str, Any]:

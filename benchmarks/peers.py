@@ -968,17 +968,20 @@ def orchestrate(args: argparse.Namespace) -> None:
             print(f"kept {work}")
 
 
+# The variables that cap the instruction sets torch's kernel libraries use (cpu_classes.py).
+ISA_CAPS = (
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ATEN_CPU_CAPABILITY",
+    "MKL_ENABLE_INSTRUCTIONS",
+)
+
+
 def isa_caps() -> list[str]:
     """The CPU-class caps this run was under, as they would be typed before the command.
 
     They change every tool's speed, so a report that leaves them out cannot be rerun."""
-    names = (
-        "ONEDNN_MAX_CPU_ISA",
-        "ATEN_CPU_CAPABILITY",
-        "DNNL_MAX_CPU_ISA",
-        "MKL_ENABLE_INSTRUCTIONS",
-    )
-    return [f"{name}={os.environ[name]}" for name in names if name in os.environ]
+    return [f"{name}={os.environ[name]}" for name in ISA_CAPS if name in os.environ]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
