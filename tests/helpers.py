@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 if TYPE_CHECKING:
     from docsearch.indexer.pipeline import Engine, IndexReport
 
@@ -172,14 +174,21 @@ def run_cli(
         "DOCSEARCH_PLUGINS": "tests.fakes",
         **(env or {}),
     }
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        cwd=REPO,
-    )
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", module, *args],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=timeout,
+            cwd=REPO,
+        )
+    except subprocess.TimeoutExpired as exc:
+        # The hung command's own output is the only clue to why it hung; show its end.
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+        pytest.fail(
+            f"docsearch {' '.join(args)} ran past {timeout} s; its stderr ended:\n{(said or '')[-3000:]}"
+        )
 
 
 def documents(db: str, name: str = "c") -> dict[str, dict[str, Any]]:

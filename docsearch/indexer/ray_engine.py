@@ -19,7 +19,8 @@ path on every node (a shared mount), as Ray tasks read the files where they run.
 Differences from the local engine: the run commits once, so a crash before the commit leaves the
 index as it was (the next run starts over, where the local engine resumes group by group); a text
 that occurs in two files handled by different actors in one run is embedded twice (same vector).
-Not here: planning and locking (`service.py`), the stages (`pipeline.py`), Lance (`docsearch.store`).
+Not here: planning and locking (`service.py`), the stages (`pipeline.py`), Lance (`docsearch.store`),
+which cluster and how many actors (`ray_cluster.py`).
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ import os
 import pickle
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from docsearch.defaults import DEFAULT_TOKEN_BUDGET
 from docsearch.encoders.base import Encoder, encoder_from_spec
-from docsearch.errors import DocsearchError, UsageError
+from docsearch.errors import DocsearchError
 from docsearch.indexer.chunk import ChunkerSettings
 from docsearch.indexer.collection import make_chunker
 from docsearch.indexer.extract import Limits
@@ -50,6 +50,7 @@ from docsearch.indexer.pipeline import (
     failed_step,
 )
 from docsearch.indexer.plan import Plan
+from docsearch.indexer.ray_cluster import EXTRACT_CPUS, Placement, placement, ray_session
 from docsearch.store.database import Database
 from docsearch.store.indexes import IndexBuild
 from docsearch.store.reads import Store
@@ -58,7 +59,6 @@ from docsearch.store.writes import Writer
 
 log = logging.getLogger(__name__)
 
-EXTRACT_CPUS = 0.25  # per read+extract task: mostly I/O and pure-Python parsing
 MAX_FILES_PER_BATCH = 64  # files per actor call (one Lance fragment each)
 FORWARDED_ENV = ("DOCSEARCH_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "AWS_", "AZURE_", "GOOGLE_")
 
@@ -243,58 +243,7 @@ def commit_results(job: Job, work: Plan, results: Iterable[BatchResult]) -> None
 
 
 # ---------------------------------------------------------------------------------------------
-# The Ray side: session, resources, the dataset pipeline
-
-
-@contextmanager
-def ray_session(address: str | None) -> Iterator[None]:
-    """Connect to `address` (or RAY_ADDRESS, or start a local Ray); shut down only what we started."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise UsageError(
-            "the Ray engine needs Ray and lance-ray: pip install 'docsearch[ray]'"
-        ) from exc
-    if ray.is_initialized():
-        yield
-        return
-    try:
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
-        raise UsageError(
-            f"cannot start or reach Ray at {where} ({exc}); start a cluster with "
-            "`ray start --head` or leave --address out"
-        ) from exc
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
-@dataclass
-class Placement:
-    """How many embedding actors, and the Ray resources of each."""
-
-    workers: int
-    num_cpus: float
-    num_gpus: float = 0.0
-
-
-def placement(
-    cluster: dict[str, float], workers: int | None, cpus_per_worker: float | None = None
-) -> Placement:
-    """One actor per GPU when the cluster has GPUs; else CPU workers (default: half the CPUs),
-    each leaving room for the read+extract tasks so the two stages run side by side."""
-    gpus, cpus = int(cluster.get("GPU", 0)), float(cluster.get("CPU", 1))
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers must be at least 1, not {workers}")
-    if gpus:
-        n = workers or gpus
-        return Placement(n, cpus_per_worker or 1.0, min(1.0, gpus / n))
-    n = workers or max(1, int(cpus // 2))
-    share = cpus_per_worker or min(1.0, max(0.1, (cpus - EXTRACT_CPUS * n) / n))
-    return Placement(n, share)
+# The Ray side: the dataset pipeline (the session and placement: ray_cluster.py)
 
 
 def worker_env() -> dict[str, str]:

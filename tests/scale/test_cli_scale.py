@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import inspect
 import shutil
+import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,8 +43,50 @@ def test_engine_ray_indexes_and_reindexes_through_the_cli(tmp_path: Path) -> Non
     args += ["--db", str(tmp_path / "db")]
     # A local Ray of this machine's CPUs; its object store kept small on a shared test machine.
     env = {"RAY_ADDRESS": "", "RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION": "0.02"}
-    first = run_cli(*args, env=env, timeout=600)
+    first = run_cli(*args, env=env, timeout=420)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "5 new" in first.stderr
-    again = run_cli(*args, env=env, timeout=600)  # nothing to do: no Ray
+    again = run_cli(*args, env=env, timeout=120)  # nothing to do: no Ray
     assert again.returncode == 0 and "5 unchanged" in again.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_stale_cluster_file_does_not_capture_a_local_run(tmp_path: Path) -> None:
+    """Ray records the last `ray start` cluster in its temp dir; a file left by a killed cluster
+    once made `--engine ray` without --address wait on a dead GCS forever."""
+    pytest.importorskip("lance_ray")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # Ray's socket paths must stay short
+    try:
+        (ray_tmp / "ray").mkdir()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_closed_port()}")
+        args = ["index", str(SAMPLES), "--encoder", "hashing", "--engine", "ray", "--workers", "1"]
+        env = {
+            "RAY_ADDRESS": "",
+            "RAY_TMPDIR": str(ray_tmp),
+            "RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION": "0.02",
+        }
+        out = run_cli(*args, "--db", str(tmp_path / "db"), env=env, timeout=420)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "5 new" in out.stderr
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.ray
+def test_an_unreachable_address_is_one_line_and_quick(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    address = f"127.0.0.1:{_closed_port()}"
+    args = ["index", str(SAMPLES), "--encoder", "hashing", "--engine", "ray", "--address", address]
+    out = run_cli(*args, "--db", str(tmp_path / "db"), timeout=120)
+    assert out.returncode == 2  # a usage error: the address the user gave
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [out.stderr.splitlines()[-1]], out.stderr  # one line, no Ray traceback
+    assert errors[0].startswith(f"error: cannot reach Ray at {address} ("), out.stderr
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -172,18 +172,6 @@ def test_a_switch_builds_through_the_store_the_new_version_a_local_build_makes(
     assert files(local) == files(switched)
 
 
-def test_placement_one_actor_per_gpu_or_cpu_workers_that_leave_room() -> None:
-    gpu = ray_engine.placement({"CPU": 32, "GPU": 4}, None)
-    assert (gpu.workers, gpu.num_gpus, gpu.num_cpus) == (4, 1.0, 1.0)
-    shared = ray_engine.placement({"CPU": 32, "GPU": 2}, 4)
-    assert shared.num_gpus == 0.5
-    cpu = ray_engine.placement({"CPU": 2}, 2)
-    assert cpu.workers == 2 and cpu.num_cpus + ray_engine.EXTRACT_CPUS <= 1.0  # fits a 1-CPU node
-    assert ray_engine.placement({"CPU": 16}, None).workers == 8
-    with pytest.raises(UsageError):
-        ray_engine.placement({"CPU": 4}, 0)
-
-
 def test_unchanged_folder_needs_no_cluster(corpus: Path, tmp_path: Path) -> None:
     db = str(tmp_path / "db")
     run_inline(corpus, db)
