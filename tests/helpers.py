@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -189,6 +190,13 @@ def run_cli(
         pytest.fail(
             f"docsearch {' '.join(args)} ran past {timeout} s; its stderr ended:\n{(said or '')[-3000:]}"
         )
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def documents(db: str, name: str = "c") -> dict[str, dict[str, Any]]:

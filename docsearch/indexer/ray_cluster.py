@@ -22,6 +22,7 @@ EXTRACT_CPUS = 0.25  # per read+extract task: mostly I/O and pure-Python parsing
 CONNECT_TIMEOUT_S = 10.0  # a GCS that does not accept a TCP connection in this long is not there
 # Addresses Ray resolves itself rather than a host:port we can check first.
 RAY_KEYWORDS = {"auto", "local"}
+_HINT = "start a cluster with `ray start --head` or leave --address out"
 
 
 @contextmanager
@@ -48,9 +49,6 @@ def ray_session(address: str | None) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
-
-
-_HINT = "start a cluster with `ray start --head` or leave --address out"
 
 
 def _shown(target: str) -> str:

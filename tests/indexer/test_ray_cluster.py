@@ -9,6 +9,7 @@ import pytest
 
 from docsearch.errors import UsageError
 from docsearch.indexer import ray_cluster
+from tests.helpers import closed_port
 
 
 def test_placement_one_actor_per_gpu_or_cpu_workers_that_leave_room() -> None:
@@ -49,15 +50,8 @@ def test_an_address_without_a_usable_port_is_one_line(address: str) -> None:
     assert "\n" not in str(caught.value)
 
 
-def _closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_dead_address_fails_in_seconds_not_forever() -> None:
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{closed_port()}"
     with pytest.raises(UsageError, match=f"cannot reach Ray at {address}") as caught:
         ray_cluster.check_reachable(address, timeout=5)
     assert "ray start --head" in str(caught.value) and "\n" not in str(caught.value)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import inspect
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from docsearch.app import index_cmd
-from tests.helpers import SAMPLES, run_cli
+from tests.helpers import SAMPLES, closed_port, run_cli
 
 WIRED = {"engine", "device"} <= set(inspect.signature(index_cmd.index).parameters)
 pytestmark = pytest.mark.skipif(not WIRED, reason="`docsearch index` has no --engine/--device yet")
@@ -59,7 +58,7 @@ def test_a_stale_cluster_file_does_not_capture_a_local_run(tmp_path: Path) -> No
     ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # Ray's socket paths must stay short
     try:
         (ray_tmp / "ray").mkdir()
-        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_closed_port()}")
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{closed_port()}")
         args = ["index", str(SAMPLES), "--encoder", "hashing", "--engine", "ray", "--workers", "1"]
         env = {
             "RAY_ADDRESS": "",
@@ -76,17 +75,10 @@ def test_a_stale_cluster_file_does_not_capture_a_local_run(tmp_path: Path) -> No
 @pytest.mark.ray
 def test_an_unreachable_address_is_one_line_and_quick(tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{closed_port()}"
     args = ["index", str(SAMPLES), "--encoder", "hashing", "--engine", "ray", "--address", address]
     out = run_cli(*args, "--db", str(tmp_path / "db"), timeout=120)
     assert out.returncode == 2  # a usage error: the address the user gave
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert errors == [out.stderr.splitlines()[-1]], out.stderr  # one line, no Ray traceback
     assert errors[0].startswith(f"error: cannot reach Ray at {address} ("), out.stderr
-
-
-def _closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
