@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from docsearch.fusion import Fusion, aggregate, best_first, ranks
@@ -46,7 +47,13 @@ class Ranking:
         self.fused, self.agreement = rule.fuse(legs)
         self.order = best_first(self.fused)
         self.shown = shown  # the scores a breakdown reports (raw: before any lift)
-        self.ranks = {leg: ranks(scores) for leg, scores in legs.items()}
+        self._legs = legs
+
+    @cached_property
+    def ranks(self) -> dict[str, dict[str, int]]:
+        """Each leg's rank of each key it found: only breakdowns read them, and a document
+        search reads only the document ranking's (not the two 500-chunk pools')."""
+        return {leg: ranks(scores) for leg, scores in self._legs.items()}
 
     def scores(self, key: str, rank: int) -> dict[str, dict[str, float]]:
         legs = {

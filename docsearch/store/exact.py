@@ -7,17 +7,21 @@ spent 17-30 ms there at 10k chunks and 1k-10k documents, where a matrix product 
 vectors takes under a millisecond. `ExactVectors` is that matrix (unit rows) and the columns a
 search returns, row by row: a leg's pool of 500 chunks is then built from held values (the BM25
 leg reads only Lance's row ids and scores, `at_row_ids`), where reading its columns from Lance
-and converting them took 2-3 ms a leg at 2k chunks. The store holds one per version of the
+and converting them took 2-3 ms a leg at 2k chunks; each row's Candidate fields are made the
+first time a search meets it and copied after (`candidates`: 0.25 ms a pool, not 0.75). The store holds one per version of the
 table, so a write makes the next search read it again.
 Not here: reading the table, filters (a filtered search goes to Lance), ANN indexes (`reads.py`, `indexes.py`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from docsearch.store.schema import Candidate, candidate, candidate_fields, scored
 
 ROW_ID = "_rowid"  # Lance's row address column, asked for with `with_row_id=True`
 
@@ -31,6 +35,9 @@ class ExactVectors:
     values: list[tuple[Any, ...]]  # row i's values of `names` (repeated strings stored once)
     texts: dict[str, str] | None = None  # id -> text, where held (`of(..., texts=True)`)
     row_ids: dict[int, int] | None = None  # Lance row id -> row, where read with them
+    # row -> its Candidate fields less the scores, made the first time a search meets the row
+    # (not for every row at once: a dict a row is ~1 KB, the values' tuple ~0.2 KB)
+    fields: dict[int, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, table: Any, *, texts: bool = False) -> ExactVectors:
@@ -75,6 +82,17 @@ class ExactVectors:
     def nearest(self, vector: np.ndarray, k: int) -> list[dict[str, Any]]:
         """The `k` rows most cosine-similar to `vector`, best first, each with its `_similarity`."""
         return [self.row(i) | {"_similarity": score} for i, score in self.nearest_rows(vector, k)]
+
+    def candidates(self, rows: Sequence[int], scores: Sequence[float]) -> list[Candidate]:
+        """Candidates of these rows (their returned columns must be a Candidate's less its text),
+        each with its score, in order."""
+        make = candidate_fields(self.names)
+        if make is None:
+            return [candidate(self.row(i), s) for i, s in zip(rows, scores, strict=True)]
+        held = self.fields
+        return scored(
+            [held.get(i) or held.setdefault(i, make(self.values[i])) for i in rows], scores
+        )
 
     def row(self, i: int) -> dict[str, Any]:
         """Row `i`'s returned columns, by name (a new dict: the caller may change it)."""

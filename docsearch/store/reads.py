@@ -37,7 +37,6 @@ from docsearch.store.schema import (
     FileRecord,
     FileStats,
     candidate,
-    candidates,
     changed,
     doc_candidate,
     result_columns,
@@ -263,8 +262,7 @@ class Store:
         )
         if exact is not None:
             near = exact.nearest_rows(vector, k)
-            rows = [exact.values[i] for i, _ in near]
-            found = candidates(exact.names, rows, [s for _, s in near])
+            found = exact.candidates([i for i, _ in near], [s for _, s in near])
             return self.with_text(found) if text else found
         scan = {
             "nearest": _nearest(vector, k),
@@ -376,7 +374,7 @@ class Store:
         if rows is None:
             return None
         scores = found.column("_score").to_pylist()
-        return candidates(held.names, [held.values[i] for i in rows], scores)
+        return held.candidates(rows, scores)
 
     def _scan(
         self,

@@ -220,3 +220,37 @@ def test_one_search_reads_one_version_of_each_table(store: tuple[Store, Path, st
         assert chunks.dataset("chunks") is chunks.dataset("chunks")
     after = chunks.search_text("ferries", 100, None, text=False)
     assert after[0].path.endswith("late.txt") and len(after) == len(before) + 1
+
+
+def test_candidates_from_held_rows_are_independent_of_each_other_and_of_the_cache(
+    store: tuple[Store, Path, str],
+) -> None:
+    """A held row's fields are made once and copied into each candidate: two searches meeting the
+    same chunks keep their own scores, and a candidate is the one a Lance row would make."""
+    chunks, _, _ = store
+    first = chunks.search_text("coolant pump item", 30, None, text=False)
+    held = chunks._exact["chunks"].seen[1]  # type: ignore[index]
+    assert held is not None and len(held.fields) == len(first)  # made for the rows met only
+    second = chunks.search_text("coolant", 30, None, text=False)
+    shared = {one.chunk_id for one in first} & {one.chunk_id for one in second}
+    assert shared
+    before = {one.chunk_id: one.score for one in first}
+    assert {one.chunk_id: one.score for one in second if one.chunk_id in shared} != {
+        key: before[key] for key in shared
+    }  # other words, other BM25 scores
+    assert {one.chunk_id: one.score for one in first} == before  # the first search's kept
+    for one in first:
+        assert one.__dict__ is not held.fields[held.row_ids[_row_id(chunks, one)]]  # type: ignore[index]
+    by_lance = {
+        one.chunk_id: one for one in chunks.search_text("coolant", 30, EVERY_CHUNK, text=False)
+    }
+    for one in second:
+        assert one == by_lance[one.chunk_id]  # every field and both scores
+
+
+def _row_id(chunks: Store, one: Any) -> int:
+    """Lance's row id of the chunk `one`."""
+    table = chunks.dataset("chunks").to_table(
+        columns=["id"], filter=f"id = '{one.chunk_id}'", with_row_id=True
+    )
+    return int(table.column("_rowid")[0].as_py())
