@@ -55,7 +55,7 @@ class Succession:
         except DocsearchError:
             raise
         except Exception:
-            if current.store.is_current():
+            if current.store.is_current(fresh=True):  # not the version the read began on
                 raise
             log.info("collection %r switched during a read; reading again", current.collection)
             return read(self.serving())

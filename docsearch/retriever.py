@@ -228,7 +228,10 @@ class Retriever:
                     query, k, mode, where, path=path, paths=paths, granularity=granularity
                 )
 
-        return self._succession.on_serving(answer)
+        # Opened once for both: the chunks table that says this version still serves is the
+        # one the search reads (a Lance open cost a short query ~0.2 ms).
+        with self.store.tables.reading():
+            return self._succession.on_serving(answer)
 
     def _search(
         self,

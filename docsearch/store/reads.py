@@ -104,13 +104,15 @@ class Store:
         """A table's Lance dataset, for reading (`OpenedTables.dataset`)."""
         return self.tables.dataset(table)
 
-    def is_current(self) -> bool:
+    def is_current(self, *, fresh: bool = False) -> bool:
         """Whether the collection on disk is still the one this Store opened: False once it was
         dropped, dropped and built again, or switched to another version (another encoder,
-        other chunks); reopen it then."""
+        other chunks); reopen it then. Within `tables.reading()` the chunks table is the one
+        the block opened (a search checks the version it then reads), unless `fresh`."""
         try:
             serving = self.database.versions(self.name).active == self.version
-            return serving and stored_meta(self.dataset("chunks")) == self.meta
+            chunks = self.tables.latest("chunks") if fresh else self.dataset("chunks")
+            return serving and stored_meta(chunks) == self.meta
         except Exception:  # noqa: BLE001 - gone or half-written: either way, reopen and report
             return False
 
