@@ -66,20 +66,16 @@ _MAX_STEMS = 200_000
 def stems(words: Collection[str]) -> list[str]:
     """The stem of each of `words`, in order. A snippet stems a chunk's hundred-odd distinct
     words: looked up in a plain dict by C-level map where all were met before (one Python call
-    per word through `stem`'s cache cost a snippet ~60 us)."""
+    per word through `stem`'s cache cost a snippet ~60 us), the words not met yet stemmed in
+    one call (a search's first snippets meet dozens each: 1.0 us a word, not 1.6)."""
     try:
         return list(map(_STEMS.__getitem__, words))
     except KeyError:
         if len(_STEMS) > _MAX_STEMS:
             _STEMS.clear()
-        return list(map(_stem_kept, words))
-
-
-def _stem_kept(word: str) -> str:
-    found = _STEMS.get(word)
-    if found is None:
-        found = _STEMS[word] = stem(word)
-    return found
+        new = [word for word in words if word not in _STEMS]
+        _STEMS.update(zip(new, _stemmer().stemWords([word.lower() for word in new]), strict=True))
+        return list(map(_STEMS.__getitem__, words))
 
 
 def content_stems(text: str) -> frozenset[str]:

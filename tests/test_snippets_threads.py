@@ -58,3 +58,36 @@ def test_threads_stemming_at_once_get_the_single_thread_stems(fast_thread_switch
     assert not errors, f"{len(errors)} threads failed, first: {errors[0]!r}"
     wrong = {word: (got[word], expected[word]) for word in words if got[word] != expected[word]}
     assert not wrong, f"{len(wrong)} wrong stems, e.g. {list(wrong.items())[:3]}"
+
+
+def test_threads_stemming_word_lists_at_once_get_the_single_thread_stems(
+    fast_thread_switching: None,
+) -> None:
+    """`stems` (a snippet's words: the new ones stemmed in one call) from eight threads at once,
+    each list mixing words met before with new ones, in any case."""
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
+    words = fresh_words(4000, seed=random.SystemRandom().randrange(1 << 30))
+    words = [w.upper() if i % 3 == 0 else w for i, w in enumerate(words)]
+    reference = EnglishStemmer()
+    expected = {word: reference.stemWord(word.lower()) for word in words}
+    text.stems(words[:500])  # met before
+    got: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def stem_lists(part: list[str]) -> None:
+        try:
+            for at in range(0, len(part), 37):
+                batch = part[at : at + 37] + words[:5]
+                got.update(zip(batch, text.stems(batch), strict=True))
+        except Exception as exc:  # noqa: BLE001 - a crashed stemmer is the failure reported
+            errors.append(exc)
+
+    threads = [threading.Thread(target=stem_lists, args=(words[i::8],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, f"{len(errors)} threads failed, first: {errors[0]!r}"
+    wrong = {word: (got[word], expected[word]) for word in words if got[word] != expected[word]}
+    assert not wrong, f"{len(wrong)} wrong stems, e.g. {list(wrong.items())[:3]}"
