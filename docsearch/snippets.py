@@ -109,9 +109,11 @@ def _windows(text: str, max_chars: int) -> tuple[list[_Window], list[range]]:
     whole: empty for one long sentence cut at `max_chars`), and the sentences' spans."""
     bounds = [0] + [m.end() for m in _SENTENCE.finditer(text)] + [len(text)]
     sentences = [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if text[a:b].strip()]
-    windows = []
+    windows, last = [], 0
     for i, first in enumerate(sentences):
-        last = i
+        # The run that fits from sentence i reaches at least as far as the one from i - 1 (it
+        # starts later), so `last` only moves on: one pass, not a scan from each sentence.
+        last = max(last, i)
         while last + 1 < len(sentences) and sentences[last + 1].stop - first.start <= max_chars:
             last += 1
         end = sentences[last].stop
@@ -162,7 +164,7 @@ def _best_window(
     starts = [one.start for one in sentences]
     for at, _, word_stem in words:
         per_sentence[bisect_right(starts, at) - 1].append(word_stem)
-    held = [_idents_in(text[one.start : one.stop], idents) for one in sentences]
+    held = [_idents_in(text[one.start : one.stop], idents) for one in sentences] if idents else []
 
     def score(window: _Window) -> tuple[int, int, int]:
         start, end, whole = window
@@ -170,7 +172,8 @@ def _best_window(
             shown = [s for _, _, s in _window_words(text, window, words, terms)]
             return len(_idents_in(text[start:end], idents)), len(set(shown)), len(shown)
         hits = [s for i in whole for s in per_sentence[i]]
-        return len(set().union(*(held[i] for i in whole))), len(set(hits)), len(hits)
+        named = len(set().union(*(held[i] for i in whole))) if held else 0
+        return named, len(set(hits)), len(hits)
 
     return max(range(len(windows)), key=lambda i: (score(windows[i]), -i))
 

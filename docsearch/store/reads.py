@@ -287,8 +287,13 @@ class Store:
             return []
         if not per_document(where, self.has_documents):
             return []
+        docs = self.dataset("docs")
+        held = None if _narrows(where) else self._exact["docs"].of(docs, DOC_COLUMNS)
+        found = held_documents_text(held, docs, words, k) if held is not None else None
+        if found is not None:
+            return found
         scan = {"full_text_query": words, "limit": k}
-        rows = read_documents(self.dataset("docs"), where, "_score", scan)
+        rows = read_documents(docs, where, "_score", scan)
         return [doc_candidate(r, r.pop("_score")) for r in rows]
 
     def search_documents_vector(
@@ -436,6 +441,21 @@ def per_document(where: ChunkFilter | None, has_documents: bool) -> bool:
     document, so the read finds nothing, as it does without a docs table (`has_documents`):
     the retriever then ranks documents by their chunks."""
     return (where is None or not where.has_where) and has_documents
+
+
+def held_documents_text(
+    held: ExactVectors, docs: Any, words: str, k: int
+) -> list[DocCandidate] | None:
+    """`search_documents_text` where the documents are held: Lance gives the row ids and scores
+    (reading the documents' columns as well doubled its 0.4 ms at 2k chunks), the held rows the
+    rest; None where a row is not held (read it all from Lance)."""
+    scan = {"full_text_query": words, "limit": k, "columns": ["_score"]}
+    found = docs.to_table(prefilter=True, with_row_id=True, **scan)
+    rows = held.at_row_ids(found.column(ROW_ID).to_pylist())
+    if rows is None:
+        return None
+    scores = found.column("_score").to_pylist()
+    return [doc_candidate(held.row(i), s) for i, s in zip(rows, scores, strict=True)]
 
 
 def read_documents(

@@ -254,3 +254,26 @@ def _row_id(chunks: Store, one: Any) -> int:
         columns=["id"], filter=f"id = '{one.chunk_id}'", with_row_id=True
     )
     return int(table.column("_rowid")[0].as_py())
+
+
+def test_whole_document_bm25_from_held_rows_is_lances_own_read(
+    store: tuple[Store, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole-document BM25 reads only Lance's row ids and scores where the documents are held:
+    the same documents, scores and fields as a read of every column (a path filter: Lance's)."""
+    chunks, root, _ = store
+    mapped: list[list[int] | None] = []
+    at_row_ids = ExactVectors.at_row_ids
+    monkeypatch.setattr(
+        ExactVectors,
+        "at_row_ids",
+        lambda self, ids: mapped.append(at_row_ids(self, ids)) or mapped[-1],
+    )
+    ours = chunks.search_documents_text("coolant pump item", 20, None)
+    assert len(mapped) == 1 and mapped[0] is not None  # answered from the held rows
+    every_file = ChunkFilter(paths=sorted(str(p) for p in root.iterdir()))
+    lance = chunks.search_documents_text("coolant pump item", 20, every_file)
+    assert len(mapped) == 1  # the filtered search read Lance
+    assert len(ours) == len(lance) > 5
+    by_rank = sorted(ours, key=lambda d: (-d.score, d.doc_id))
+    assert by_rank == sorted(lance, key=lambda d: (-d.score, d.doc_id))
