@@ -87,6 +87,15 @@ def _per_doc(found: Sequence[Candidate], raw: bool) -> dict[str, list[float]]:
     return out
 
 
+def leg_scores(found: Sequence[Candidate]) -> tuple[dict[str, float], dict[str, float]]:
+    """A leg's {chunk_id: score} and {chunk_id: raw score}: one dict twice where no score was
+    lifted (dense legs, plain BM25), as a Ranking takes them."""
+    scores = {one.chunk_id: one.score for one in found}
+    if all(one.score == one.raw_score for one in found):
+        return scores, scores
+    return scores, {one.chunk_id: one.raw_score for one in found}
+
+
 class DocumentRanker:
     """Documents of one version of a collection ranked from their legs (see the module)."""
 
@@ -109,7 +118,8 @@ class DocumentRanker:
         for leg, cands in searched.found.items():
             how = rule.aggregate.get(leg, "max")
             legs[leg] = aggregate(_per_doc(cands, raw=False), how)
-            shown[leg] = aggregate(_per_doc(cands, raw=True), how)
+            lifted = any(one.score != one.raw_score for one in cands)
+            shown[leg] = aggregate(_per_doc(cands, raw=True), how) if lifted else legs[leg]
         doc_paths = {c.doc_id: c.path for c in by_id.values()}
         depth = max(DOC_POOL, k)
         ready = searched.documents

@@ -55,7 +55,7 @@ from docsearch.fusion import Fusion
 from docsearch.hits import Hit, Passage, PassagePair, SimilarHit, passage
 from docsearch.indexer.filters import ChunkFilter
 from docsearch.query import MAX_K, MAX_QUERY_CHARS, ParsedQuery, clean_query, whole_number
-from docsearch.ranking import DocumentRanker, Legs, Ranking, lift
+from docsearch.ranking import DocumentRanker, Legs, Ranking, leg_scores, lift
 from docsearch.results import ENCODER_UNAVAILABLE, NO_VECTORS, SearchResult, rule_name
 from docsearch.search_plan import SearchPlan
 from docsearch.similar import MAX_TERMS, InCollection
@@ -264,10 +264,11 @@ class Retriever:
             documents_answer=self.store.has_documents and not flt.has_where,
         )
         found, plain_bm25, ready, vector = self._run_legs(parsed, plan, flt)
+        scores = {leg: leg_scores(cands) for leg, cands in found.items()}
         chunks = Ranking(
-            {leg: {c.chunk_id: c.score for c in cands} for leg, cands in found.items()},
+            {leg: pair[0] for leg, pair in scores.items()},
             plan.chunk_rule,
-            {leg: {c.chunk_id: c.raw_score for c in cands} for leg, cands in found.items()},
+            {leg: pair[1] for leg, pair in scores.items()},
         )
         by_id = {c.chunk_id: c for cands in found.values() for c in cands}
         if plan.rule is not None:
