@@ -7,8 +7,9 @@ spent 17-30 ms there at 10k chunks and 1k-10k documents, where a matrix product 
 vectors takes under a millisecond. `ExactVectors` is that matrix (unit rows) and the columns a
 search returns, row by row: a leg's pool of 500 chunks is then built from held values (the BM25
 leg reads only Lance's row ids and scores, `at_row_ids`), where reading its columns from Lance
-and converting them took 2-3 ms a leg at 2k chunks; each row's Candidate fields are made the
-first time a search meets it and copied after (`candidates`: 0.25 ms a pool, not 0.75). The store holds one per version of the
+and converting them took 2-3 ms a leg at 2k chunks; each row's Candidate fields are made once
+(when a small table is read, else when a search first meets the row) and copied after
+(`candidates`: 0.25 ms a pool, not 0.75). The store holds one per version of the
 table, so a write makes the next search read it again.
 Not here: reading the table, filters (a filtered search goes to Lance), ANN indexes (`reads.py`, `indexes.py`).
 """
@@ -24,6 +25,10 @@ import numpy as np
 from docsearch.store.schema import Candidate, candidate, candidate_fields, scored
 
 ROW_ID = "_rowid"  # Lance's row address column, asked for with `with_row_id=True`
+# Up to this many rows a held chunk table makes every row's Candidate fields when it is read
+# (~2 us and ~1 KB a row: 20 ms and 10 MB at most), so a process's first searches find them
+# made; a larger one makes a row's the first time a search meets it.
+FIELDS_AT_ONCE_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,13 @@ class ExactVectors:
     def nearest(self, vector: np.ndarray, k: int) -> list[dict[str, Any]]:
         """The `k` rows most cosine-similar to `vector`, best first, each with its `_similarity`."""
         return [self.row(i) | {"_similarity": score} for i, score in self.nearest_rows(vector, k)]
+
+    def make_fields(self) -> None:
+        """Every row's Candidate fields made now (`fields`), where the table is small enough
+        (FIELDS_AT_ONCE_ROWS) and its columns are a Candidate's."""
+        make = candidate_fields(self.names)
+        if make is not None and len(self.values) <= FIELDS_AT_ONCE_ROWS:
+            self.fields.update((i, make(row)) for i, row in enumerate(self.values))
 
     def candidates(self, rows: Sequence[int], scores: Sequence[float]) -> list[Candidate]:
         """Candidates of these rows (their returned columns must be a Candidate's less its text),

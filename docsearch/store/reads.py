@@ -517,6 +517,8 @@ class HeldVectors:
                 names = [*dict.fromkeys([*names, "id", "text"])]
             table = dataset.to_table(columns=[*names, "vector"], with_row_id=True)
             held = ExactVectors.of(table, texts=self.texts)
+            if self.texts:  # the chunks: their pools are made of Candidates
+                held.make_fields()
         self.seen = (dataset.version, held)
         return held
 

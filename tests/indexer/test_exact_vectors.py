@@ -222,15 +222,25 @@ def test_one_search_reads_one_version_of_each_table(store: tuple[Store, Path, st
     assert after[0].path.endswith("late.txt") and len(after) == len(before) + 1
 
 
+@pytest.mark.parametrize("at_once", [True, False])
 def test_candidates_from_held_rows_are_independent_of_each_other_and_of_the_cache(
-    store: tuple[Store, Path, str],
+    store: tuple[Store, Path, str], monkeypatch: pytest.MonkeyPatch, at_once: bool
 ) -> None:
-    """A held row's fields are made once and copied into each candidate: two searches meeting the
+    """A held row's fields are made once (all when the table is read, for a small table; else
+    when a search first meets the row) and copied into each candidate: two searches meeting the
     same chunks keep their own scores, and a candidate is the one a Lance row would make."""
+    from docsearch.store import exact
+
+    if not at_once:
+        monkeypatch.setattr(exact, "FIELDS_AT_ONCE_ROWS", 0)
     chunks, _, _ = store
     first = chunks.search_text("coolant pump item", 30, None, text=False)
     held = chunks._exact["chunks"].seen[1]  # type: ignore[index]
-    assert held is not None and len(held.fields) == len(first)  # made for the rows met only
+    assert held is not None
+    if at_once:  # every row's, the rows no search met too
+        assert len(held.fields) == len(held.values) > len(first)
+    else:  # the rows met only
+        assert len(held.fields) == len(first)
     second = chunks.search_text("coolant", 30, None, text=False)
     shared = {one.chunk_id for one in first} & {one.chunk_id for one in second}
     assert shared
