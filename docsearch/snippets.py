@@ -18,7 +18,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from docsearch.text import WORD, content_stems, identifiers, stem, stems
+from docsearch.text import content_stems, distinct_words, identifiers, stem, stems
 
 if TYPE_CHECKING:
     from docsearch.query import ParsedQuery
@@ -86,7 +86,7 @@ def _term_words(text: str, terms: Set[str]) -> list[_Found]:
     ones are looked for (str.find): most of a passage's words are not query terms."""
     if not terms:
         return []
-    distinct = list(set(WORD.findall(text)))
+    distinct = list(distinct_words(text))
     matching = {w: s for w, s in zip(distinct, stems(distinct), strict=True) if s in terms}
     if not matching:
         return []

@@ -34,6 +34,23 @@ STOPWORDS = frozenset(
 _per_thread = threading.local()
 
 
+# Every ASCII character that `\w` does not match, as a space: `str.translate` then `split`
+# find an ASCII text's words in C (~4 us for a 1,000-character chunk, where WORD.findall and a
+# set of its matches took ~35 us, half a snippet's time).
+_ASCII_NON_WORD = {c: " " for c in range(128) if not (chr(c).isalnum() or chr(c) == "_")}
+
+
+def distinct_words(text: str) -> set[str]:
+    """The distinct words (WORD matches) of `text`, as `set(WORD.findall(text))` gives them. The
+    pieces left between ASCII non-word characters and whitespace are words where they are
+    ASCII; a piece holding other characters is split by WORD (it may hold "’", "§", ...)."""
+    pieces = set(text.translate(_ASCII_NON_WORD).split())
+    if text.isascii():
+        return pieces
+    odd = {piece for piece in pieces if not piece.isascii()}
+    return (pieces - odd).union(*(WORD.findall(piece) for piece in odd))
+
+
 def index_words(text: str) -> list[str]:
     """The words of `text` as the full-text index holds them (lower-cased)."""
     return [w for w in INDEX_WORD.findall(text.lower()) if len(w) <= MAX_WORD_CHARS]

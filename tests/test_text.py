@@ -62,3 +62,21 @@ def test_the_text_module_splits_stems_and_finds_identifiers() -> None:
         "7.2(a)",
         "13485:2016",
     )
+
+
+def test_distinct_words_are_the_word_patterns_matches_in_any_script() -> None:
+    """`distinct_words` (ASCII separators translated away in C) finds exactly the distinct WORD
+    matches: random strings mixing ASCII punctuation with curly quotes, section signs, CJK,
+    Arabic digits, superscripts, non-breaking and zero-width spaces and control characters."""
+    import random
+
+    from docsearch.text import WORD, distinct_words
+
+    alphabet = list("abcXYZ019_ .,;:'\"-()\n\t§’“”é漢字\xa0\u2003\u200b٣²½ßİ\x1c\x1f\x00")
+    rng = random.Random(20261206)
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert distinct_words(text) == set(WORD.findall(text)), repr(text)
+    assert distinct_words("Clause 7.2(a): the Licensee’s “Net Sales”") == {
+        "Clause", "7", "2", "a", "the", "Licensee", "s", "Net", "Sales"
+    }  # fmt: skip
