@@ -407,8 +407,11 @@ class Store:
         filtered by `where`, as an Arrow table. `hide_pending` (searches): without the rows of
         files not committed in every table yet."""
         with filter_errors(self.dataset, where):
-            dataset = dataset or self.dataset("chunks")
-            if scan.get("columns"):  # a collection from before OCR, not written since, lacks it
+            # not `dataset or ...`: a Lance dataset's truth is its length, a count of its rows
+            dataset = dataset if dataset is not None else self.dataset("chunks")
+            # A collection from before OCR, not written since, lacks a column a search reads
+            # (Lance's own columns, "_score" and the like, are always there).
+            if any(c[0] != "_" for c in scan.get("columns") or ()):
                 stored = set(dataset.schema.names)  # once: each `schema` is built anew
                 scan["columns"] = [c for c in scan["columns"] if c in stored or c[0] == "_"]
             sql = hiding(_sql(where), pending_paths(dataset)) if hide_pending else _sql(where)
