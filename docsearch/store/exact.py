@@ -40,8 +40,9 @@ class ExactVectors:
     values: list[tuple[Any, ...]]  # row i's values of `names` (repeated strings stored once)
     texts: dict[str, str] | None = None  # id -> text, where held (`of(..., texts=True)`)
     row_ids: dict[int, int] | None = None  # Lance row id -> row, where read with them
-    # row -> its Candidate fields less the scores, made the first time a search meets the row
-    # (not for every row at once: a dict a row is ~1 KB, the values' tuple ~0.2 KB)
+    # row -> its Candidate fields less the scores: every row's when a small table is read
+    # (`make_fields`), else a row's the first time a search meets it (a dict a row is ~1 KB,
+    # the values' tuple ~0.2 KB)
     fields: dict[int, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
