@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 
@@ -41,21 +41,7 @@ def test_threads_stemming_at_once_get_the_single_thread_stems(fast_thread_switch
     reference = EnglishStemmer()
     expected = {word: reference.stemWord(word) for word in words}
     text.stem.cache_clear()
-    got: dict[str, str] = {}
-    errors: list[BaseException] = []
-
-    def stem_all(part: list[str]) -> None:
-        try:
-            got.update((word, text.stem(word)) for word in part)
-        except Exception as exc:  # noqa: BLE001 - a crashed stemmer is the failure reported
-            errors.append(exc)
-
-    threads = [threading.Thread(target=stem_all, args=(words[i::8],)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, f"{len(errors)} threads failed, first: {errors[0]!r}"
+    got = _in_eight_threads(lambda part: ((word, text.stem(word)) for word in part), words)
     wrong = {word: (got[word], expected[word]) for word in words if got[word] != expected[word]}
     assert not wrong, f"{len(wrong)} wrong stems, e.g. {list(wrong.items())[:3]}"
 
@@ -72,22 +58,35 @@ def test_threads_stemming_word_lists_at_once_get_the_single_thread_stems(
     reference = EnglishStemmer()
     expected = {word: reference.stemWord(word.lower()) for word in words}
     text.stems(words[:500])  # met before
+
+    def stem_lists(part: list[str]) -> Iterator[tuple[str, str]]:
+        for at in range(0, len(part), 37):
+            batch = part[at : at + 37] + words[:5]
+            yield from zip(batch, text.stems(batch), strict=True)
+
+    got = _in_eight_threads(stem_lists, words)
+    wrong = {word: (got[word], expected[word]) for word in words if got[word] != expected[word]}
+    assert not wrong, f"{len(wrong)} wrong stems, e.g. {list(wrong.items())[:3]}"
+
+
+def _in_eight_threads(
+    stem_part: Callable[[list[str]], Iterable[tuple[str, str]]], words: list[str]
+) -> dict[str, str]:
+    """word -> stem, from `stem_part` run on eight slices of `words` by eight threads at once;
+    a thread that raised fails the test."""
     got: dict[str, str] = {}
     errors: list[BaseException] = []
 
-    def stem_lists(part: list[str]) -> None:
+    def run(part: list[str]) -> None:
         try:
-            for at in range(0, len(part), 37):
-                batch = part[at : at + 37] + words[:5]
-                got.update(zip(batch, text.stems(batch), strict=True))
+            got.update(stem_part(part))
         except Exception as exc:  # noqa: BLE001 - a crashed stemmer is the failure reported
             errors.append(exc)
 
-    threads = [threading.Thread(target=stem_lists, args=(words[i::8],)) for i in range(8)]
+    threads = [threading.Thread(target=run, args=(words[i::8],)) for i in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert not errors, f"{len(errors)} threads failed, first: {errors[0]!r}"
-    wrong = {word: (got[word], expected[word]) for word in words if got[word] != expected[word]}
-    assert not wrong, f"{len(wrong)} wrong stems, e.g. {list(wrong.items())[:3]}"
+    return got

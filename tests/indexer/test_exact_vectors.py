@@ -40,6 +40,20 @@ def store(tmp_path: Path) -> tuple[Store, Path, str]:
     return Store.open(db, "c"), tmp_path / "docs", db
 
 
+@pytest.fixture
+def mapped(monkeypatch: pytest.MonkeyPatch) -> list[list[int] | None]:
+    """What each `ExactVectors.at_row_ids` call answered: a search served from the held rows
+    calls it once (None: a row was not held)."""
+    answers: list[list[int] | None] = []
+    at_row_ids = ExactVectors.at_row_ids
+    monkeypatch.setattr(
+        ExactVectors,
+        "at_row_ids",
+        lambda self, ids: answers.append(at_row_ids(self, ids)) or answers[-1],
+    )
+    return answers
+
+
 def _query() -> np.ndarray:
     return HashingEncoder().encode_queries(["coolant pump discussed"])[0]
 
@@ -156,16 +170,9 @@ def test_passages_of_a_file_indexed_again_since_are_left_out(
 
 
 def test_bm25_pool_from_held_rows_is_lances_own_read(
-    store: tuple[Store, Path, str], monkeypatch: pytest.MonkeyPatch
+    store: tuple[Store, Path, str], mapped: list[list[int] | None]
 ) -> None:
     chunks, _, _ = store
-    mapped: list[list[int] | None] = []
-    at_row_ids = ExactVectors.at_row_ids
-    monkeypatch.setattr(
-        ExactVectors,
-        "at_row_ids",
-        lambda self, ids: mapped.append(at_row_ids(self, ids)) or mapped[-1],
-    )
     ours = chunks.search_text("coolant pump item", 30, None, text=False)
     assert len(mapped) == 1 and mapped[0] is not None  # answered from the held rows
     lance = chunks.search_text("coolant pump item", 30, EVERY_CHUNK, text=False)
@@ -267,18 +274,11 @@ def _row_id(chunks: Store, one: Any) -> int:
 
 
 def test_whole_document_bm25_from_held_rows_is_lances_own_read(
-    store: tuple[Store, Path, str], monkeypatch: pytest.MonkeyPatch
+    store: tuple[Store, Path, str], mapped: list[list[int] | None]
 ) -> None:
     """Whole-document BM25 reads only Lance's row ids and scores where the documents are held:
     the same documents, scores and fields as a read of every column (a path filter: Lance's)."""
     chunks, root, _ = store
-    mapped: list[list[int] | None] = []
-    at_row_ids = ExactVectors.at_row_ids
-    monkeypatch.setattr(
-        ExactVectors,
-        "at_row_ids",
-        lambda self, ids: mapped.append(at_row_ids(self, ids)) or mapped[-1],
-    )
     ours = chunks.search_documents_text("coolant pump item", 20, None)
     assert len(mapped) == 1 and mapped[0] is not None  # answered from the held rows
     every_file = ChunkFilter(paths=sorted(str(p) for p in root.iterdir()))
