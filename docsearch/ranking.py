@@ -87,11 +87,17 @@ def _per_doc(found: Sequence[Candidate], raw: bool) -> dict[str, list[float]]:
     return out
 
 
+def _lifted(found: Sequence[Candidate]) -> bool:
+    """Whether a leg's scores differ from its raw ones anywhere (`lift`); dense legs and plain
+    BM25 never do, and then one set of numbers serves both."""
+    return any(one.score != one.raw_score for one in found)
+
+
 def leg_scores(found: Sequence[Candidate]) -> tuple[dict[str, float], dict[str, float]]:
-    """A leg's {chunk_id: score} and {chunk_id: raw score}: one dict twice where no score was
-    lifted (dense legs, plain BM25), as a Ranking takes them."""
+    """A leg's {chunk_id: score} and {chunk_id: raw score} as a Ranking takes them: one dict
+    twice where no score was lifted."""
     scores = {one.chunk_id: one.score for one in found}
-    if all(one.score == one.raw_score for one in found):
+    if not _lifted(found):
         return scores, scores
     return scores, {one.chunk_id: one.raw_score for one in found}
 
@@ -118,7 +124,7 @@ class DocumentRanker:
         for leg, cands in searched.found.items():
             how = rule.aggregate.get(leg, "max")
             legs[leg] = aggregate(_per_doc(cands, raw=False), how)
-            lifted = any(one.score != one.raw_score for one in cands)
+            lifted = _lifted(cands)
             shown[leg] = aggregate(_per_doc(cands, raw=True), how) if lifted else legs[leg]
         doc_paths = {c.doc_id: c.path for c in by_id.values()}
         depth = max(DOC_POOL, k)

@@ -16,8 +16,9 @@ Not here: reading the table, filters (a filtered search goes to Lance), ANN inde
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -89,17 +90,22 @@ class ExactVectors:
         """The `k` rows most cosine-similar to `vector`, best first, each with its `_similarity`."""
         return [self.row(i) | {"_similarity": score} for i, score in self.nearest_rows(vector, k)]
 
+    @cached_property
+    def _make_fields(self) -> Callable[[tuple[Any, ...]], dict[str, Any]] | None:
+        """`schema.candidate_fields` of the returned columns, worked out once."""
+        return candidate_fields(self.names)
+
     def make_fields(self) -> None:
         """Every row's Candidate fields made now (`fields`), where the table is small enough
         (FIELDS_AT_ONCE_ROWS) and its columns are a Candidate's."""
-        make = candidate_fields(self.names)
+        make = self._make_fields
         if make is not None and len(self.values) <= FIELDS_AT_ONCE_ROWS:
             self.fields.update((i, make(row)) for i, row in enumerate(self.values))
 
     def candidates(self, rows: Sequence[int], scores: Sequence[float]) -> list[Candidate]:
         """Candidates of these rows (their returned columns must be a Candidate's less its text),
         each with its score, in order."""
-        make = candidate_fields(self.names)
+        make = self._make_fields
         if make is None:
             return [candidate(self.row(i), s) for i, s in zip(rows, scores, strict=True)]
         held = self.fields
