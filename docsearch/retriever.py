@@ -43,7 +43,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from docsearch.common_words import common_words
 from docsearch.config import Settings
@@ -86,18 +86,6 @@ _T = TypeVar("_T")
 _H = TypeVar("_H", bound="Hit")
 
 GRANULARITIES = ("document", "passage")
-
-
-class _Planned(NamedTuple):
-    """A search's question as `Retriever._planned` checked and parsed it."""
-
-    parsed: ParsedQuery
-    plan: SearchPlan
-    flt: ChunkFilter
-    asked: str  # the mode asked for (plan.mode: the one that answers)
-    k: int
-
-
 # Search encodes the query and runs the phrase search (and, for a query not encoded, the
 # whole-document BM25) on a thread of its own while the chunk BM25 runs (OVERLAP_ENCODING =
 # False: all on the caller's thread).
@@ -234,53 +222,28 @@ class Retriever:
         hits, the mode that answered, the mode asked for, the rule that ranked, why the mode
         fell back)."""
 
-        def planned(version: Retriever) -> _Planned:
-            return version._planned(query, k, mode, where, path, paths, granularity)
-
         def answer(version: Retriever) -> SearchResult[Hit]:
             with version.store.tables.reading():  # its legs read one version of each table
-                if ahead is not None and version is self:
-                    return version._search(*ahead)
-                return version._search(planned(version))
+                return version._search(
+                    query, k, mode, where, path=path, paths=paths, granularity=granularity
+                )
 
         # Opened once for both: the chunks table that says this version still serves is the
         # one the search reads (a Lance open cost a short query ~0.2 ms).
         with self.store.tables.reading():
-            ahead = self._encoding_ahead(planned)
             return self._succession.on_serving(answer)
 
-    def _encoding_ahead(
-        self, planned: Callable[[Retriever], _Planned]
-    ) -> tuple[_Planned, Future[Any]] | None:
-        """The search planned on this version and its query's encoding started on the query
-        thread, before `on_serving` checks that this version still serves (a Lance open and a
-        version check: ~0.8 ms of a short query, whose encoding is its longest step). None
-        where the search would not encode, or its plan waits for the check: the encoder not
-        loaded yet (planning would load it, maybe for a version a switch replaced), a phrase
-        search to run first on the query thread, or the question refused here (planned again
-        inside `on_serving`, which raises or reads the next version as it should)."""
-        if self._encoder is None or not OVERLAP_ENCODING:
-            return None
-        try:
-            ahead = planned(self)
-        except Exception:  # see the docstring: the same planning inside on_serving answers
-            return None
-        if not ahead.plan.encode or ahead.plan.phrases:
-            return None
-        encoder, text = self._encoder, ahead.parsed.text
-        return ahead, self._beside(lambda: encoder.encode_queries([text])[0])
-
-    def _planned(
+    def _search(
         self,
         query: str,
         k: int,
         mode: str | None,
         where: str | None,
+        *,
         path: str | None,
         paths: Sequence[str] | None,
         granularity: str,
-    ) -> _Planned:
-        """A search's question checked and parsed on this version, and what it will run."""
+    ) -> SearchResult[Hit]:
         text = clean_query(query)
         k = whole_number(k)
         if granularity not in GRANULARITIES:
@@ -300,13 +263,7 @@ class Retriever:
             fusion=self.fusion,
             documents_answer=self.store.has_documents and not flt.has_where,
         )
-        return _Planned(parsed, plan, flt, asked, k)
-
-    def _search(self, planned: _Planned, encoding: Future[Any] | None = None) -> SearchResult[Hit]:
-        """The hits of a planned search; `encoding`: its query's vector, already under way."""
-        parsed, plan, flt, asked, k = planned
-        mode = plan.mode
-        found, plain_bm25, ready, vector = self._run_legs(parsed, plan, flt, encoding)
+        found, plain_bm25, ready, vector = self._run_legs(parsed, plan, flt)
         scores = {leg: leg_scores(cands) for leg, cands in found.items()}
         chunks = Ranking(
             {leg: pair[0] for leg, pair in scores.items()},
@@ -328,23 +285,19 @@ class Retriever:
         return self._result(hits, asked, mode, rule_name(chunks.rule, mode))
 
     def _run_legs(
-        self,
-        query: ParsedQuery,
-        plan: SearchPlan,
-        flt: ChunkFilter,
-        encoding: Future[Any] | None = None,
+        self, query: ParsedQuery, plan: SearchPlan, flt: ChunkFilter
     ) -> tuple[dict[str, list[Candidate]], list[Candidate], dict[str, list[DocCandidate]], Any]:
         """The legs `plan` runs: the chunk legs' candidates (BM25 with the identifiers' chunks
         lifted), the chunk BM25 pool as it came, the document legs searched beside them, and
-        the query vector (None unless encoded; `encoding`: its encoding already under way, as
-        `_encoding_ahead` starts it).
+        the query vector (None unless encoded).
 
         The query thread does the work that can wait while this one runs the chunk BM25: the
         identifiers' phrase search (needed first), the query's encoding (torch and Lance both
         release the GIL; for a short query the encoder's forward is the slowest single step) and,
         for a query not encoded, whole-document BM25, so two cores serve the searches at once."""
         phrases = self._phrases_beside(query, plan.pool, flt) if plan.phrases else None
-        if plan.encode and encoding is None:
+        encoding = None
+        if plan.encode:
             encoder = self._own_encoder()
             encoding = self._beside(lambda: encoder.encode_queries([query.text])[0], plan.beside)
 

@@ -247,60 +247,6 @@ def test_hybrid_encodes_the_query_and_searches_phrases_and_documents_beside_the_
     ]
 
 
-def test_a_query_is_encoded_while_the_search_checks_that_its_version_still_serves(
-    samples_db: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the encoder loaded, a search that will encode starts the encoding on the query thread
-    before the caller's thread checks the collection's version (~0.8 ms of a short query): here
-    the check waits for the encoding to begin, which would never come were it started after.
-    Once a search, in vector mode too, with the ranking the serial search gives. Not ahead: a
-    query not encoded (30 words: the lexical rule) and one whose phrase search must run first
-    on the query thread (passages of a query with an identifier)."""
-    import threading
-
-    from docsearch import retriever as module
-    from docsearch.store.reads import Store
-
-    retriever = Retriever("samples", db=samples_db)
-    encoder = retriever.encoder()
-    begun, encoded, waited = threading.Event(), [], []
-    patience = {"s": 10.0}
-    real_encode, real_check = encoder.encode_queries, Store.is_current
-
-    def encode(texts):  # type: ignore[no-untyped-def]
-        encoded.append(threading.current_thread().name.split("_")[0])
-        begun.set()
-        return real_encode(texts)
-
-    def check(self, **kwargs):  # type: ignore[no-untyped-def]
-        waited.append(begun.wait(patience["s"]))
-        return real_check(self, **kwargs)
-
-    monkeypatch.setattr(encoder, "encode_queries", encode)
-    monkeypatch.setattr(Store, "is_current", check)
-
-    def search(query: str, **kwargs: object) -> list[tuple[object, ...]]:
-        begun.clear()
-        encoded.clear()
-        waited.clear()
-        hits = retriever.search(query, k=5, **kwargs)  # type: ignore[arg-type]
-        return [(h.doc_id, h.score, h.passages) for h in hits]
-
-    query = "motor stall error code E-MOT-21"
-    ahead = search(query)
-    assert (waited, encoded) == ([True], ["docsearch-query"])
-    vector = search(query, mode="vector")
-    assert (waited, encoded) == ([True], ["docsearch-query"])
-    patience["s"] = 0.2
-    search(" ".join([query] * 5))
-    assert (waited, encoded) == ([False], [])
-    search(query, granularity="passage")
-    assert waited == [False] and encoded == ["docsearch-query"]  # encoded after the check
-    monkeypatch.setattr(module, "OVERLAP_ENCODING", False)
-    assert search(query) == ahead and encoded == ["MainThread"]
-    assert search(query, mode="vector") == vector
-
-
 def test_documents_no_chunk_pool_reached_get_the_passages_a_search_within_each_finds(
     samples_db: str,
 ) -> None:
