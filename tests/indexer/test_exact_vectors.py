@@ -86,6 +86,39 @@ def test_documents_in_memory_match_lances_exact_search(store: tuple[Store, Path,
     assert [d.score for d in ours] == pytest.approx([d.score for d in lance], abs=1e-5)
 
 
+def test_held_tables_load_their_full_text_indexes_so_new_words_read_no_postings(
+    store: tuple[Store, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Holding the chunks and the documents loads their (small) full-text indexes into the
+    process's Lance cache: BM25 searches of words not searched before then add nothing to it.
+    With the bound at 0 bytes the indexes stay cold and the same kind of search adds its words'
+    posting lists; the answers are the same either way."""
+    from docsearch.store import reads
+    from docsearch.store.tables import _session
+
+    _, _, db = store
+    cache = _session().index_cache_size_bytes
+
+    def searched(words: str) -> tuple[list[str], list[str], int]:
+        opened = Store.open(db, "c")  # its tables not held yet
+        opened.search_vector(_query(), 5, None)
+        opened.search_documents_vector(_query(), 5, None)
+        before = cache()
+        chunks = [c.chunk_id for c in opened.search_text(words, 10, None, text=False)]
+        docs = [d.doc_id for d in opened.search_documents_text(words, 10, None)]
+        assert chunks and docs
+        return chunks, docs, cache() - before
+
+    monkeypatch.setattr(reads, "WARM_TEXT_INDEX_BYTES", 0)
+    *cold, grew = searched("ferry timetable")
+    assert grew > 0
+    monkeypatch.undo()
+    *warm, grew = searched("choir rehearsal")
+    assert grew == 0
+    *again, _ = searched("ferry timetable")
+    assert again == cold
+
+
 def test_a_write_makes_the_next_search_read_the_vectors_again(
     store: tuple[Store, Path, str],
 ) -> None:
