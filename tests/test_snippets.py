@@ -133,3 +133,52 @@ def test_marks_are_exactly_the_passages_query_words(text: str, query: str) -> No
     if snippet.marks:  # the anchor is the first marked word, in the document's own text
         first = snippet.text[slice(*snippet.marks[0])]
         assert text[snippet.anchor - 3 :].lower().startswith(first.lower())
+
+
+# Snowball English's suffixes and exceptions (the words whose stem rewrites the most of them),
+# with roots they attach to; "İ" lower-cases to two characters.
+_ROOTS = ["sens", "nation", "relat", "hope", "hop", "cr", "t", "d", "ly", "sk", "gentl", "abil"]
+_SUFFIXES = [
+    "", "s", "es", "ies", "ied", "ying", "ing", "ingly", "ed", "edly", "eed", "eedly", "y",
+    "ational", "tional", "enci", "anci", "abli", "entli", "izer", "ization", "ation", "ator",
+    "alism", "aliti", "alli", "fulness", "ousli", "ousness", "iveness", "iviti", "ibility",
+    "biliti", "bli", "ogi", "fulli", "lessli", "li", "alize", "icate", "iciti", "ical", "ful",
+    "ness", "ative", "ement", "ment", "ent", "ism", "ate", "iti", "ous", "ive", "ize", "ion",
+]  # fmt: skip
+_EXCEPTIONS = [
+    "skis", "skies", "dying", "lying", "tying", "vying", "idly", "gently", "ugly", "early",
+    "only", "singly", "sky", "news", "howe", "atlas", "cosmos", "bias", "andes", "inning",
+    "outing", "canning", "herring", "earring", "proceed", "exceed", "succeed", "generously",
+]  # fmt: skip
+_FORMS = [root + suffix for root in _ROOTS for suffix in _SUFFIXES] + _EXCEPTIONS
+
+
+def test_a_stem_rewrites_at_most_the_last_two_characters_it_keeps() -> None:
+    from docsearch.snippets import STEM_REWRITE
+
+    assert len(_FORMS) > 600
+    assert [w for w in _FORMS if not w.startswith(stem(w)[:-STEM_REWRITE])] == []
+    assert [w for w in _FORMS if not w.startswith(stem(w)[: -STEM_REWRITE + 1])]  # not 1: dying
+
+
+_FORM_PIECES = st.sampled_from(
+    [*_FORMS[::7], *_EXCEPTIONS, "Relational", "NATIONALIZATION", "İlk", "naïve", "x_dying",
+     "2lying", "law", "Laws", "30", "30th"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(_FORM_PIECES, _GAPS), min_size=1, max_size=60),
+    st.sets(_FORM_PIECES, min_size=1, max_size=4),
+)
+def test_words_found_by_their_stems_head_are_those_stemming_every_word_finds(
+    pieces: list[tuple[str, str]], query_words: set[str]
+) -> None:
+    """The head search (stems of 4+ characters) finds the same query-term words, at the same
+    places, as stemming every distinct word of the chunk."""
+    from docsearch.snippets import _stemmed_words, _term_words
+
+    text = "".join(word + gap for word, gap in pieces)
+    terms = frozenset(stem(word) for word in query_words)
+    assert _term_words(text, terms) == _stemmed_words(text, terms)
