@@ -367,13 +367,17 @@ class Store:
         try:
             rows = self._scan(where, hide_pending=True, dataset=dataset, **scan)
         except ValueError:
-            # Read on a version from before the full-text index (checked on the error path only)
-            indexed, empty = text_index_state(self.tables.latest("chunks"))
+            # Read on a version from before the full-text index (checked on the error path only):
+            # a new collection's, empty (its rows land after the index), where nothing is the
+            # truth; another is read again at the latest version if the index landed since (not
+            # through `dataset`, which within `tables.reading()` is the version read first).
+            indexed, empty = text_index_state(dataset)
             if not indexed and empty:
                 return []
-            if not indexed:
+            latest = self.tables.latest("chunks")
+            if indexed or not text_index_state(latest)[0]:
                 raise
-            rows = self._scan(where, hide_pending=True, **scan)  # the index landed since: again
+            rows = self._scan(where, hide_pending=True, dataset=latest, **scan)
         return [candidate(r, r.pop("_score")) for r in rows]
 
     def _search_held(

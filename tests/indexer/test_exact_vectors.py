@@ -119,6 +119,33 @@ def test_held_tables_load_their_full_text_indexes_so_new_words_read_no_postings(
     assert again == cold
 
 
+def test_a_search_begun_on_a_new_collections_first_version_finds_nothing_there(
+    store: tuple[Store, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search whose read began on a collection's first chunks version (empty: its full-text
+    index is made before any row lands) answers nothing, the truth for that version, after the
+    index and the rows have landed (it raised: the retry read the version pinned by
+    `tables.reading()` again, and a server polling a collection as it was created logged a
+    500). A search begun afterwards reads the latest version."""
+    from docsearch.store.reads import text_index_state
+    from docsearch.store.tables import OpenedTables
+
+    chunks, _, _ = store
+    first = chunks.tables.latest("chunks").checkout_version(1)
+    assert text_index_state(first) == (False, True)
+    real, pins = OpenedTables.latest, [first]  # the search's first open of the chunks: `first`
+
+    def latest(self: OpenedTables, table: str) -> Any:
+        return pins.pop() if table == "chunks" and pins else real(self, table)
+
+    monkeypatch.setattr(OpenedTables, "latest", latest)
+    with chunks.tables.reading():
+        assert chunks.dataset("chunks") is first
+        assert chunks.search_text("coolant pump", 10, None) == []
+        assert chunks.search_text("coolant pump", 10, None, text=False) == []
+    assert len(chunks.search_text("coolant pump", 10, None)) == 10
+
+
 def test_a_write_makes_the_next_search_read_the_vectors_again(
     store: tuple[Store, Path, str],
 ) -> None:
