@@ -367,16 +367,15 @@ class Store:
         try:
             rows = self._scan(where, hide_pending=True, dataset=dataset, **scan)
         except ValueError:
-            # Read on a version from before the full-text index (checked on the error path only):
-            # a new collection's, empty (its rows land after the index), where nothing is the
-            # truth; another is read again at the latest version if the index landed since (not
-            # through `dataset`, which within `tables.reading()` is the version read first).
-            indexed, empty = text_index_state(dataset)
+            # Read on a version from before the full-text index (checked on the error path only)
+            latest = self.tables.latest("chunks")
+            indexed, empty = text_index_state(latest)
             if not indexed and empty:
                 return []
-            latest = self.tables.latest("chunks")
-            if indexed or not text_index_state(latest)[0]:
+            if not indexed:
                 raise
+            # The index landed since: again, on the version that has it (not through `dataset`:
+            # within `tables.reading()` that is the version this search read first).
             rows = self._scan(where, hide_pending=True, dataset=latest, **scan)
         return [candidate(r, r.pop("_score")) for r in rows]
 
