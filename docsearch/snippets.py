@@ -33,7 +33,8 @@ _WORD_REST = re.compile(r"\w*")
 # A Snowball English stem rewrites at most the last two characters of what it keeps of a word
 # ("sensibility" -> "sensibl", "dying" -> "die"): every word stemming to a term starts with the
 # term less its last STEM_REWRITE characters (checked on the 225,900 distinct words of the
-# shared evaluation corpora, and in the tests on the algorithm's suffixes and exceptions).
+# shared evaluation data by benchmarks/stem_heads.py, and in the tests on the algorithm's
+# suffixes and exceptions).
 STEM_REWRITE = 2
 MIN_HEAD = 2  # a shorter head ("law" -> "l") matches too many words: stem them all instead
 _Window = tuple[int, int, range]  # start, end, the sentences it holds whole (see `_windows`)
