@@ -56,9 +56,9 @@ def rewrites(words: set[str]) -> tuple[Counter[int], dict[int, list[str]]]:
     for word, stem in zip(ordered, stems(ordered), strict=True):
         rewritten = len(stem) - len(os.path.commonprefix([word.lower(), stem]))
         counts[rewritten] += 1
-        examples.setdefault(rewritten, [])
-        if len(examples[rewritten]) < 12:
-            examples[rewritten].append(f"{word} -> {stem}")
+        shown = examples.setdefault(rewritten, [])
+        if len(shown) < 12:
+            shown.append(f"{word} -> {stem}")
     return counts, examples
 
 
@@ -66,7 +66,7 @@ def side_by_side(data: Path, args: argparse.Namespace) -> dict[str, dict[str, in
     """Per set: (query, chunk) pairs, those where the two ways differ, query variants that took
     the head path."""
     from docsearch.query import ParsedQuery
-    from docsearch.snippets import MIN_HEAD, STEM_REWRITE, _stemmed_words, _term_words
+    from docsearch.snippets import _stemmed_words, _term_words, stem_heads
 
     rng = random.Random(0)
     out = {}
@@ -79,7 +79,7 @@ def side_by_side(data: Path, args: argparse.Namespace) -> dict[str, dict[str, in
                 terms = ParsedQuery.parse(" ".join(query.split()[:cut]) or "-").stems
                 if not terms:
                     continue
-                heads += min(len(t) for t in terms) - STEM_REWRITE >= MIN_HEAD
+                heads += stem_heads(terms) is not None
                 for doc in rng.sample(docs, min(args.chunks, len(docs))):
                     start = rng.randrange(max(1, len(doc) - CHUNK_CHARS))
                     chunk = doc[start : start + CHUNK_CHARS]

@@ -96,9 +96,8 @@ def _term_words(text: str, terms: Set[str]) -> list[_Found]:
     (positions would shift), every distinct word is stemmed instead (`_stemmed_words`)."""
     if not terms:
         return []
-    heads = {term[:-STEM_REWRITE] for term in terms}
-    lowered = text.lower()
-    if min(map(len, heads)) < MIN_HEAD or len(lowered) != len(text):
+    heads, lowered = stem_heads(terms), text.lower()
+    if heads is None or len(lowered) != len(text):
         return _stemmed_words(text, terms)
     found = set()
     for head in heads:
@@ -113,6 +112,13 @@ def _term_words(text: str, terms: Set[str]) -> list[_Found]:
                 found.add((at, end, word_stem))
             at = lowered.find(head, end)
     return sorted(found)
+
+
+def stem_heads(terms: Set[str]) -> set[str] | None:
+    """Each term less its last STEM_REWRITE characters, or None where one is shorter than
+    MIN_HEAD (`_term_words` then stems every word)."""
+    heads = {term[:-STEM_REWRITE] for term in terms}
+    return heads if min(map(len, heads), default=0) >= MIN_HEAD else None
 
 
 def _stemmed_words(text: str, terms: Set[str]) -> list[_Found]:
