@@ -251,6 +251,13 @@ def legal_key_term_queries(sample: dict[str, CorpusDoc]) -> list[Query]:
     return out
 
 
+def sample_index(rset: RetrievalSet, indexes: Path, adapters: Path | None) -> EvalIndex:
+    """A sample's MiniLM index; with `adapters`, MiniLM fine-tuned on that sample's own
+    documents (styles_adapted.py writes `<adapters>/<sample>`), a collection of its own."""
+    options = {"adapter": str(adapters / rset.name)} if adapters else None
+    return EvalIndex(rset, encoder=ENCODER, options=options, cache=indexes)
+
+
 def build(args: argparse.Namespace) -> None:
     for sample in SAMPLES:
         if args.only and sample.name not in args.only.split(","):
@@ -259,7 +266,7 @@ def build(args: argparse.Namespace) -> None:
         words = sum(len(d.body.split()) for d in rset.corpus.values())
         print(f"{sample.name}: {len(rset.corpus)} documents, {words} words", file=sys.stderr)
         started = time.perf_counter()
-        with EvalIndex(rset, encoder=ENCODER, cache=args.indexes) as index:
+        with sample_index(rset, args.indexes, args.adapters) as index:
             state = "cached" if index.cached else "built"
             print(
                 f"  {index.chunks} chunks ({state}), {time.perf_counter() - started:.0f} s",
@@ -375,7 +382,7 @@ def collect(args: argparse.Namespace) -> None:
         if [q.key for q in saved.get("queries", [])] != [q.key for q in queries]:
             saved = {"styles": {}}
         saved["queries"] = queries
-        with EvalIndex(rset, encoder=ENCODER, cache=args.indexes) as index:
+        with sample_index(rset, args.indexes, args.adapters) as index:
             retriever = index.retriever()
             for style in STYLES:
                 texts = [restyle(q.text, style, q.key) for q in queries]
@@ -443,24 +450,28 @@ def ndcg10(scores: dict[str, float], qrels: dict[str, int]) -> float:
     return ndcg_at_k(sorted(scores, key=lambda k: (-scores[k], k)), qrels, 10)
 
 
-def doc_paths(sample: Sample, indexes: Path, cache: Path) -> dict[str, str]:
+def doc_paths(
+    sample: Sample, indexes: Path, cache: Path, adapters: Path | None = None
+) -> dict[str, str]:
     """doc_id -> path (the corpus id) of the sample's index: the legs are keyed by doc_id."""
     saved = cache / f"{sample.name}.paths.json"
     if not saved.is_file():
-        with EvalIndex(sample.index_set(), encoder=ENCODER, cache=indexes) as index:
+        with sample_index(sample.index_set(), indexes, adapters) as index:
             rows = index.retriever().store.rows(ChunkFilter(), ["doc_id", "path"])
         saved.write_text(json.dumps({r["doc_id"]: r["path"] for r in rows}))
     return dict(json.loads(saved.read_text()))
 
 
-def load_all(cache: Path, indexes: Path = INDEXES) -> list[dict[str, Any]]:
+def load_all(
+    cache: Path, indexes: Path = INDEXES, adapters: Path | None = None
+) -> list[dict[str, Any]]:
     """[{"sample", "queries", "styles"}] for every collected sample, legs keyed by path."""
     out = []
     for sample in SAMPLES:
         path = cache / f"{sample.name}.pkl"
         if path.is_file():
             saved = unpickled(path)
-            paths = doc_paths(sample, indexes, cache)
+            paths = doc_paths(sample, indexes, cache, adapters)
             for got in saved["styles"].values():
                 for legs in got["legs"]:
                     for leg, scores in legs.items():
@@ -587,10 +598,10 @@ def rows_of(saved: list[dict[str, Any]]) -> list[Row]:
 ROWS_VERSION = 2  # 2: feats gained dense_cos and doc_share
 
 
-def cached_rows(cache: Path) -> list[Row]:
+def cached_rows(cache: Path, indexes: Path = INDEXES, adapters: Path | None = None) -> list[Row]:
     """Every collected sample's rows, each sample's cached beside its legs."""
     rows = []
-    for part in load_all(cache):
+    for part in load_all(cache, indexes, adapters):
         path = rows_cache(cache, part, "rows")
         if not path.is_file():
             path.write_bytes(pickle.dumps(rows_of([part])))
@@ -1025,6 +1036,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--indexes", type=Path, default=INDEXES)
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--only", default="", help="comma-separated corpus names")
+    parser.add_argument(
+        "--adapters", type=Path, help="index with the samples' fine-tuned MiniLM from this folder"
+    )
     return parser.parse_args()
 
 
