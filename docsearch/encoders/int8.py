@@ -109,16 +109,21 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         rows = x.reshape(-1, shape[-1]).float() * self.unsmooth  # a fresh tensor: edited below
-        kept = rows[:, self.kept]
-        rows[:, self.kept] = 0.0
+        # (index_select and index_fill_: the same values as rows[:, kept] and its assignment,
+        # 4-6x and 1.6x faster on 1024-row batches.)
+        kept = rows.index_select(1, self.kept)
+        rows.index_fill_(1, self.kept, 0.0)
         out = self._dot(rows) if self.kernel == "dot" else self._fbgemm(rows)
         out.addmm_(kept, self.kept_weight)
         return out.view(*shape[:-1], self.out_features).to(x.dtype)
 
     def _dot(self, rows: torch.Tensor) -> torch.Tensor:
         """Symmetric int8 per token, an exact int32 product."""
-        # (|x| then its row maximum measured 10x faster than aminmax or the inf-norm.)
-        scale = rows.abs().amax(1, keepdim=True).clamp_(min=1e-12).div_(_LEVELS)
+        # max |x| per row as max(max x, -min x): exactly the same value without writing |x| to a
+        # fresh tensor, whose first touch cost 12 ms of a 172 ms MiniLM forward (4 windows, one
+        # thread); aminmax and the inf-norm measured 10x slower.
+        peak = torch.maximum(rows.amax(1, keepdim=True), rows.amin(1, keepdim=True).neg_())
+        scale = peak.clamp_(min=1e-12).div_(_LEVELS)
         quantised = rows.div_(scale).round_().to(torch.int8)
         out = torch._int_mm(quantised, self.weight).float().mul_(scale)
         return torch.addcmul(self.bias, out, self.weight_scale)

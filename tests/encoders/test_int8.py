@@ -96,6 +96,31 @@ def test_the_largest_channels_stay_in_fp32(kernel: str) -> None:
     assert all_int8_error > 3 * kept_error
 
 
+@pytest.mark.parametrize("kernel", [DOT])
+def test_each_token_is_rounded_on_its_own_largest_magnitude(kernel: str) -> None:
+    """The "dot" kernel's activations: each token's int8 channels divided by their largest
+    |value| / 127 and rounded, the kept channels apart. Written out here with the plain ops
+    (|x| and its row maximum, boolean-indexed kept channels): the layer takes cheaper routes to
+    the same numbers, so the two agree exactly (the same integer product, the same float steps
+    after it). A token whose peak is negative is among them (a scale from max x alone fails)."""
+    torch.manual_seed(2)
+    linear = nn.Linear(64, 24)
+    x = outlier_inputs(40, 64, seed=2)
+    x[0] = -x[0].abs()  # every value of the first token negative: its peak is its minimum
+    layer = Int8Linear(linear, x.abs().amax(0), kernel)
+    rows = x * layer.unsmooth
+    kept = rows[:, layer.kept]
+    rows[:, layer.kept] = 0.0
+    scale = rows.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127
+    quantised = (rows / scale).round().to(torch.int8)
+    expected = torch._int_mm(quantised, layer.weight).float() * scale
+    expected = torch.addcmul(layer.bias, expected, layer.weight_scale).addmm_(
+        kept, layer.kept_weight
+    )
+    with torch.no_grad():
+        assert torch.equal(layer(x), expected)
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_shapes_dtypes_and_a_missing_bias(kernel: str) -> None:
     linear = nn.Linear(16, 8, bias=False)
