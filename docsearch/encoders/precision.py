@@ -61,9 +61,11 @@ MIN_COSINE = 0.999
 NOISE_Z = 1.5
 PROVISIONAL_TRIES = 3  # processes that measure again after a verdict that was not confident
 # Part of the cache key: choices cached before int8 could be chosen (1), before it ran on CPUs
-# without int8 dot products (2), made from one timing of each (3), or timed on one short batch
-# with all threads instead of as indexing runs each candidate (4) are measured again.
-CHOICE_VERSION = 5
+# without int8 dot products (2), made from one timing of each (3), timed on one short batch
+# with all threads instead of as indexing runs each candidate (4), or before the int8 "dot"
+# kernel's per-token scales stopped costing a fresh |x| tensor (5: int8 ~8% slower, enough to
+# fall under MIN_SPEEDUP where it was close) are measured again.
+CHOICE_VERSION = 6
 
 # `choose_precision` answers once per process and key (tests and the UI build many encoders).
 _CHOSEN: dict[str, str] = {}
