@@ -14,7 +14,9 @@ from docsearch.errors import EncoderUnavailableError
 
 @pytest.fixture(scope="module")
 def minilm() -> Encoder:
-    return get_encoder("sentence-transformers")
+    # fp32: "auto" would time every precision on the real model first (35-105 s on 2 cores);
+    # its choice on MiniLM is test_auto_on_the_packaged_minilm_keeps_the_gate (slow).
+    return get_encoder("sentence-transformers", precision="fp32")
 
 
 def test_packaged_minilm_loads_offline_and_embeds(minilm: Encoder) -> None:
@@ -46,7 +48,9 @@ def test_spec_rebuilds_the_same_encoder(minilm: Encoder) -> None:
         "dim": 384,
         "max_tokens": 254,
     }
-    again = encoder_from_spec(spec)
+    # precision is how this process runs the model, not part of the vectors' identity
+    assert "precision" not in spec["options"]
+    again = encoder_from_spec(spec, precision="fp32")
     text = ["indemnification survives termination"]
     assert np.allclose(again.encode_documents(text), minilm.encode_documents(text), atol=1e-6)
 
@@ -55,7 +59,9 @@ def test_a_local_folder_works_and_a_missing_model_is_a_clear_error(tmp_path: Pat
     from docsearch.encoders.weights import resolve_model
 
     folder = resolve_model("all-MiniLM-L6-v2")
-    encoder = get_encoder("sentence-transformers", model=str(folder), max_tokens=64)
+    encoder = get_encoder(
+        "sentence-transformers", model=str(folder), max_tokens=64, precision="fp32"
+    )
     assert encoder.max_tokens == 62 and encoder.spec()["options"]["max_tokens"] == 64
     with pytest.raises(EncoderUnavailableError, match="HF_HUB_OFFLINE"):
         get_encoder("sentence-transformers", model="someone/not-cached-anywhere")
@@ -69,7 +75,7 @@ def test_device_is_chosen_like_every_other_family(monkeypatch: pytest.MonkeyPatc
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert get_encoder("sentence-transformers").device == "cpu"
+    assert get_encoder("sentence-transformers", precision="fp32").device == "cpu"
     with pytest.raises(EncoderUnavailableError, match="--device cuda needs a CUDA GPU"):
         get_encoder("sentence-transformers", device="cuda")
 
@@ -100,3 +106,19 @@ def test_encoding_walks_the_modules_only_when_training_left_them_training(
     assert walks == [False, True] and model.training
     np.testing.assert_allclose(dropped, before, atol=1e-6)
     model.eval()
+
+
+@pytest.mark.slow
+def test_auto_on_the_packaged_minilm_keeps_the_gate() -> None:
+    """The default precision on the real model: every candidate timed and checked against fp32,
+    the choice cached with its measurements, and its vectors within the gate of fp32's."""
+    from docsearch.encoders.precision import MIN_COSINE, cached_choices
+
+    texts = ["The supplier may terminate the contract for breach.", "Measure blood pressure."]
+    auto = get_encoder("sentence-transformers").encode_documents(texts)
+    fp32 = get_encoder("sentence-transformers", precision="fp32").encode_documents(texts)
+    (record,) = [r for r in cached_choices() if r["label"] == "all-MiniLM-L6-v2"]
+    measured = record["measured"]
+    assert record["choice"] in measured and "fp32" in measured
+    assert measured[record["choice"]]["cosine"] >= MIN_COSINE
+    assert float(np.mean(np.sum(auto * fp32, axis=1))) >= MIN_COSINE
