@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -61,8 +61,33 @@ def _main(
         format="%(levelname)s: %(message)s",
         stream=sys.stderr,
     )
+    _show_notices()
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _show_notices() -> None:
+    """The "docsearch.notice" logger (long one-off work a user waits for, such as timing the
+    precisions) prints its INFO lines as they are, with or without --verbose."""
+    notices = logging.getLogger("docsearch.notice")
+    if not any(isinstance(h, _StderrNow) for h in notices.handlers):
+        handler = _StderrNow()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        notices.addHandler(handler)
+    notices.setLevel(logging.INFO)
+    notices.propagate = False
+
+
+class _StderrNow(logging.StreamHandler):
+    """Writes to sys.stderr as it is when a line is written (a progress bar swaps it)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
 
 
 def main() -> None:

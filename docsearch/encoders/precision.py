@@ -38,6 +38,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ from docsearch.encoders.timing import Clock
 from docsearch.errors import UsageError
 
 log = logging.getLogger(__name__)
+# What a user waits for and should hear of without --verbose (the CLI shows this logger's INFO):
+# timing the candidates takes 20-110 s on 2 cores the first time a model runs on a machine,
+# which a progress line stuck at "0 chunks embedded" would leave unexplained.
+notice = logging.getLogger("docsearch.notice")
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8", "onnx-fp32", "onnx-int8")
 ONNX_PRECISIONS = ("onnx-fp32", "onnx-int8")
@@ -163,25 +168,52 @@ def choose_precision(
     """The precision "auto" runs in on `device`: fp32 when there is no candidate, otherwise what
     `measure(candidates)` ({name: {"seconds", "cosine"[, "noise"]}}, fp32 included) decides,
     once per `key` and candidate list (a provisional verdict: see the module docstring)."""
+    found = _lookup(device, key, onnx)
+    if found.final is not None:
+        return found.final
+    tries = found.cached[1] if found.cached else 0
+    choice = _calibrate(found.key, lambda: measure(found.names), found.path, tries + 1, label)
+    _CHOSEN[found.digest] = check_precision(choice)
+    return _CHOSEN[found.digest]
+
+
+def cached_precision(device: str, key: dict[str, Any], onnx: bool = False) -> str | None:
+    """What `choose_precision` would answer without measuring anything: its verdict where one is
+    known (a provisional one as it stands), None where it would have to time the candidates."""
+    found = _lookup(device, key, onnx)
+    if found.final is not None:
+        return found.final
+    return check_precision(found.cached[0]) if found.cached else None
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    names: list[str]  # the candidates besides fp32
+    key: dict[str, Any]  # the cache key, candidates included
+    digest: str
+    path: Path
+    final: str | None  # the verdict, where nothing needs measuring
+    cached: tuple[str, int] | None  # a cached verdict to measure again: (choice, tries)
+
+
+def _lookup(device: str, key: dict[str, Any], onnx: bool) -> _Lookup:
     names = candidates(device, onnx)
-    if not names:
-        return "fp32"
     key = {**key, "candidates": names}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    if digest in _CHOSEN:
-        return _CHOSEN[digest]
     path = _cache_path(digest)
-    tries = 0
+    if not names:
+        return _Lookup(names, key, digest, path, "fp32", None)
+    if digest in _CHOSEN:
+        return _Lookup(names, key, digest, path, _CHOSEN[digest], None)
     try:
         cached = json.loads(path.read_text())
-        choice = str(cached["choice"])
-        tries = int(cached.get("tries", 1))
-        if not cached.get("confident", True) and tries < PROVISIONAL_TRIES:
-            raise ValueError("provisional")
+        choice, tries = str(cached["choice"]), int(cached.get("tries", 1))
     except (OSError, ValueError, KeyError, TypeError):
-        choice = _calibrate(key, lambda: measure(names), path, tries + 1, label)
+        return _Lookup(names, key, digest, path, None, None)
+    if not cached.get("confident", True) and tries < PROVISIONAL_TRIES:
+        return _Lookup(names, key, digest, path, None, (choice, tries))
     _CHOSEN[digest] = check_precision(choice)
-    return _CHOSEN[digest]
+    return _Lookup(names, key, digest, path, _CHOSEN[digest], None)
 
 
 def decide(measured: dict[str, dict[str, float]]) -> str:
@@ -237,9 +269,18 @@ def _calibrate(
     label: str = "",
 ) -> str:
     started = time.monotonic()
+    label = label or key["model"]
+    notice.info(
+        "%s: timing %s against torch fp32 to choose the fastest precision for this CPU "
+        "(once per machine; about a minute)", label, ", ".join(key.get("candidates", [])),
+    )  # fmt: skip
     measured = measure()
     choice = decide(measured)
     sure = confident(measured) and not crowded(measured)
+    notice.info(
+        "%s: precision=auto runs %s here%s%s", label, engine(choice), _speedup(measured, choice),
+        "" if sure else " (timed while the machine was busy: timed again next run)",
+    )  # fmt: skip
     found = ", ".join(
         f"{name} {m['seconds']:.3f} s" + (f" cosine {m['cosine']:.5f}" if name != "fp32" else "")
         for name, m in measured.items()
@@ -250,7 +291,7 @@ def _calibrate(
         "once" if sure else f"provisional, try {tries} of {PROVISIONAL_TRIES}",
     )  # fmt: skip
     record = {**key, "measured": measured, "choice": choice, "confident": sure, "tries": tries}
-    record |= {"label": label or key["model"], "engine": engine(choice)}
+    record |= {"label": label, "engine": engine(choice)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")  # two processes may race here
@@ -259,6 +300,13 @@ def _calibrate(
     except OSError as exc:  # a read-only cache costs a calibration per process, nothing more
         log.warning("could not cache the precision choice in %s: %s", path, exc)
     return choice
+
+
+def _speedup(measured: dict[str, dict[str, float]], choice: str) -> str:
+    """The choice's speed in words, " (1.85x torch fp32)"; nothing for fp32 itself."""
+    if choice == "fp32":
+        return ""
+    return f" ({measured['fp32']['seconds'] / measured[choice]['seconds']:.2f}x torch fp32)"
 
 
 def time_precisions(

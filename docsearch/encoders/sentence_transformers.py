@@ -7,8 +7,9 @@ one forward pass, with gradients (what `docsearch.training` optimises through `m
 `encode_queries` / `encode_documents` run it under no_grad, longest texts first, in the
 inference precision (`precision`, see `docsearch.encoders.precision`: "auto" is the fastest of
 torch fp32, bf16 and int8, and for a BERT folder ONNX Runtime fp32 and int8 (`onnx_backend.py`),
-on this CPU, measured once; each keeps the vectors within the quality gate, so the precision is
-not part of the spec; `engine` says which runs). A single text (a search query) runs on SINGLE_TEXT_THREADS
+on this CPU, measured once, at the first batch (a lone query before then runs fp32); each keeps
+the vectors within the quality gate, so the precision is not part of the spec; `engine` says
+which runs). A single text (a search query) runs on SINGLE_TEXT_THREADS
 torch threads: on 2 busy cores a one-row forward with 2 threads waits on the slower thread at
 every op (benchmarks/results/speed.md); under "auto" a short query (up to 32 tokens) runs in
 ONNX Runtime fp32 instead (`short_query.py`). `module` and `embed` stay fp32: training optimises
@@ -33,6 +34,7 @@ from docsearch.encoders.device import resolve_device
 from docsearch.encoders.indexing_shape import run_batches, sample_windows, timed_run, window_count
 from docsearch.encoders.precision import (
     ONNX_PRECISIONS,
+    cached_precision,
     calibration_key,
     check_precision,
     choose_precision,
@@ -98,15 +100,15 @@ class SentenceTransformerEncoder(HFEncoder):
         if asked in ONNX_PRECISIONS:
             self._check_onnx(asked)
         short_queries = asked == "auto" and self._onnx_ready() and onnx_available()
-        self.precision = asked if asked != "auto" else self._auto_precision()
-        # The inference model: the fp32 one itself, or a converted copy made from it (in place
-        # while no caller holds the fp32 module, so that no second copy stays in memory), or
-        # the ONNX Runtime export of it.
-        self._fast: Any = self._model if self.precision == "fp32" else None
-        if self._fast is None:
-            self._fast = self._convert(self._model, in_place=True)
-            self._model = None
-        self.batch_size = self._batch_for(self.precision)
+        self._fast: Any = None
+        self._trained = False  # `module` was handed out: the fp32 weights may change
+        # "auto" without a verdict cached for this machine is chosen when it is first needed
+        # (`precision`): timing every candidate takes 20-110 s on 2 cores, which an index run
+        # pays once, but a search of one query must not (it runs in fp32 meanwhile).
+        self._settling = threading.Lock()  # one choice at a time (index jobs share encoders)
+        self._precision = asked if asked != "auto" else self._auto_precision(measure_now=False)
+        if self._precision is not None:
+            self._settle(self._precision, in_place=True)  # nobody else holds the model yet
         self.query_prompt = query_prompt if query_prompt is not None else self._prompt("query")
         self.document_prompt = (
             document_prompt if document_prompt is not None else self._prompt("document")
@@ -136,6 +138,35 @@ class SentenceTransformerEncoder(HFEncoder):
         return model
 
     @property
+    def precision(self) -> str:
+        """The precision inference runs in; under "auto" chosen now if it was not yet."""
+        if self._precision is None:
+            with self._settling:
+                if self._precision is None:
+                    self._settle(self._auto_precision(measure_now=True) or "fp32", in_place=False)
+        return str(self._precision)
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_for(self.precision)
+
+    def _settle(self, precision: str, *, in_place: bool) -> None:
+        """Run inference in `precision` from now on: the fp32 model itself, or a converted copy
+        made from it, or the ONNX Runtime export of it. `in_place` converts the fp32 model
+        itself, so that no second copy stays in memory: only while nobody else may be running
+        it (later, a search thread may be encoding a query with it: it keeps its reference to
+        the intact fp32 model, freed when that query is done)."""
+        if self._trained:  # `_inference_model` converts what training changed, when asked
+            self._precision = precision
+            return
+        if precision != "fp32":
+            self._fast = self._converted(self._model, precision, in_place=in_place)
+            # the precision first, then the model: `_inference_model` reads them the other way
+            self._precision, self._model = precision, None
+        else:
+            self._fast, self._precision = self._model, precision
+
+    @property
     def engine(self) -> str:
         """The engine and precision encoding runs in, in words ("torch int8")."""
         return engine(self.precision)
@@ -157,10 +188,6 @@ class SentenceTransformerEncoder(HFEncoder):
                 "only; use fp32, bf16 or int8"
             )
 
-    def _convert(self, model: Any, *, in_place: bool = False) -> Any:
-        """The inference model in `self.precision` made from the fp32 `model`."""
-        return self._converted(model, self.precision, in_place=in_place)
-
     def _converted(self, model: Any, precision: str, *, in_place: bool = False) -> Any:
         if precision in ONNX_PRECISIONS:
             import torch
@@ -175,9 +202,10 @@ class SentenceTransformerEncoder(HFEncoder):
         """Rows per forward in `precision`: the one asked for, else the measured default."""
         return self._asked_batch or (INT8_BATCH if precision == "int8" else DEFAULT_BATCH)
 
-    def _auto_precision(self) -> str:
+    def _auto_precision(self, measure_now: bool) -> str | None:
         """The fastest candidate within the gate, each timed as indexing runs it
-        (`indexing_shape`: full windows, its batch size, the encoder's workers and threads)."""
+        (`indexing_shape`: full windows, its batch size, the encoder's workers and threads);
+        without `measure_now`, None where no verdict is cached (`cached_precision`)."""
         import torch
 
         model = self._model
@@ -198,7 +226,7 @@ class SentenceTransformerEncoder(HFEncoder):
                 tokenised[size] = [model.preprocess(batch) for batch in rows]
             return tokenised[size]
 
-        def measure(names: Sequence[str]) -> dict[str, dict[str, float]]:
+        def timings(names: Sequence[str]) -> dict[str, dict[str, float]]:
             models = {"fp32": model}
             for name in names:
                 try:
@@ -210,7 +238,9 @@ class SentenceTransformerEncoder(HFEncoder):
             run = timed_run(models, features, self._batch_for, self.device)
             return time_precisions(run, {name: name for name in models})
 
-        return choose_precision(self.device, key, measure, onnx=onnx, label=self.model_ref)
+        if not measure_now:
+            return cached_precision(self.device, key, onnx=onnx)
+        return choose_precision(self.device, key, timings, onnx=onnx, label=self.model_ref)
 
     def _architecture(self) -> str:
         """The shapes of the weights: what the speed of each precision depends on (a model
@@ -244,12 +274,13 @@ class SentenceTransformerEncoder(HFEncoder):
         from docsearch.encoders.bert_folder import BertSentenceModel
 
         self._short = None  # the export holds the folder's weights, not what training changes
+        self._trained = True
         if self._model is None or isinstance(self._model, BertSentenceModel):
             # Converted in place, or the plain-torch forward: the fp32 weights again, as the
             # sentence-transformers model; encoding then runs what training changes.
             self._model = self._load(trainable=True)
             self._fast = None
-        elif self.precision != "fp32":
+        elif self._precision != "fp32":
             self._fast = None
         return self._model
 
@@ -266,11 +297,17 @@ class SentenceTransformerEncoder(HFEncoder):
         features = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in features.items()}
         return model(features)["sentence_embedding"]
 
-    def _inference_model(self) -> Any:
+    def _inference_model(self, rows: int = 2) -> Any:
+        """The model encoding `rows` texts runs: one text while "auto" has not chosen runs the
+        fp32 model rather than time every precision first (the vectors differ within the gate)."""
+        fp32 = self._model  # read first: `_settle` clears it after setting the precision
+        if rows == 1 and self._precision is None and fp32 is not None:
+            return fp32
+        precision = self.precision  # chooses now under "auto" (`_settle` sets `_fast`)
         if self._fast is None:  # the fp32 module was handed out (training): convert it now
             # An export is of the folder's weights, not of what training changed: torch fp32.
-            onnx = self.precision in ONNX_PRECISIONS
-            self._fast = self._model if onnx else convert(self._model, self.precision)
+            onnx = precision in ONNX_PRECISIONS
+            self._fast = self._model if onnx else convert(self._model, precision)
         return self._fast
 
     def _vectors(self, texts: Sequence[str], side: str) -> np.ndarray:
@@ -280,7 +317,7 @@ class SentenceTransformerEncoder(HFEncoder):
             short = self._short.vector(self.query_prompt + texts[0])
             if short is not None:
                 return short[None, :]
-        model = self._inference_model()
+        model = self._inference_model(len(texts))
         vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         training = model.training
         if training:  # no dropout while encoding; a walk over every module, so only if needed

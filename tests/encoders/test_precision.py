@@ -208,10 +208,11 @@ def test_auto_on_the_real_kernels_picks_a_precision_that_keeps_the_gate(
     monkeypatch.setattr(precision, "_CHOSEN", {})
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)  # measure on any CPU
     encoder = get_encoder("sentence-transformers", model=str(tiny_st))
+    chosen = encoder.precision  # type: ignore[attr-defined]
     [saved] = (tmp_path / "calibration").glob("precision-*.json")
     record = json.loads(saved.read_text())
     measured = record["measured"]
-    assert encoder.precision == record["choice"] == precision.decide(measured)  # type: ignore[attr-defined]
+    assert chosen == record["choice"] == precision.decide(measured)
     assert set(measured) == {"fp32", *precision.candidates("cpu", onnx=True)}
     assert record["threads"] == 1
     assert record["batches"] == {"fp32": st.DEFAULT_BATCH, "int8": st.INT8_BATCH}  # as indexing
@@ -230,3 +231,44 @@ def test_one_text_runs_on_one_thread_and_the_count_comes_back(tiny_st: Path) -> 
     encoder.encode_documents(TEXTS)
     hook.remove()
     assert seen == [st.SINGLE_TEXT_THREADS, 2] and torch.get_num_threads() == 2
+
+
+def test_auto_chooses_when_a_batch_needs_it_never_for_one_query(
+    tiny_st: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Timing every precision takes a minute or two on 2 cores: a search of one query on a
+    machine that never chose runs fp32 instead; the first batch (an index run) chooses, and a
+    later encoder of the same model reads the choice from the cache at once."""
+    monkeypatch.setenv("DOCSEARCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision, "_CHOSEN", {})
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)  # a candidate on any CPU
+    timed: list[list[str]] = []
+
+    def measure(names: Sequence[str]) -> dict[str, dict[str, float]]:
+        timed.append(list(names))
+        return {
+            n: {"seconds": 0.5 if n == "bf16" else 1.0, "cosine": 0.9999} for n in ["fp32", *names]
+        }
+
+    real = precision.choose_precision
+    monkeypatch.setattr(
+        "docsearch.encoders.sentence_transformers.choose_precision",
+        lambda device, key, _timings, **kw: real(device, key, measure, **kw),
+    )
+    fp32 = get_encoder("sentence-transformers", model=str(tiny_st), precision="fp32")
+    encoder = get_encoder("sentence-transformers", model=str(tiny_st))
+    # a short query (ONNX Runtime fp32 under "auto") and one past its 32 tokens (torch)
+    for query in ["pump valve alarm", " ".join(TEXTS)]:
+        vector = encoder.encode_queries([query])
+        # fp32 both ways (ONNX Runtime's matches torch's to ~1e-7 a component)
+        np.testing.assert_allclose(vector, fp32.encode_queries([query]), atol=1e-5)
+    assert timed == [] and not list(tmp_path.glob("calibration/*.json"))
+    held = encoder._inference_model(1)  # type: ignore[attr-defined]  # as a search thread holds it
+    encoder.encode_documents(TEXTS)
+    assert len(timed) == 1 and encoder.precision == "bf16"  # type: ignore[attr-defined]
+    # bf16 was made from a copy: a query running on the fp32 model meanwhile is not changed
+    assert {p.dtype for p in held.parameters()} == {torch.float32}
+    assert encoder._inference_model(1) is not held  # type: ignore[attr-defined]
+    monkeypatch.setattr(precision, "_CHOSEN", {})  # as a new process would start
+    again = get_encoder("sentence-transformers", model=str(tiny_st))
+    assert again._precision == "bf16" and len(timed) == 1  # type: ignore[attr-defined]
