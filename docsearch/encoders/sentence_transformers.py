@@ -105,6 +105,7 @@ class SentenceTransformerEncoder(HFEncoder):
         # "auto" without a verdict cached for this machine is chosen when it is first needed
         # (`precision`): timing every candidate takes 20-110 s on 2 cores, which an index run
         # pays once, but a search of one query must not (it runs in fp32 meanwhile).
+        self._short: ShortQueryEngine | None = None
         self._settling = threading.Lock()  # one choice at a time (index jobs share encoders)
         self._precision = asked if asked != "auto" else self._auto_precision(measure_now=False)
         if self._precision is not None:
@@ -116,7 +117,6 @@ class SentenceTransformerEncoder(HFEncoder):
         self.dim = int(self._info.get_embedding_dimension() or 0)
         self.max_tokens = self._content_budget()
         self.tokenizer = self._info.tokenizer
-        self._short: ShortQueryEngine | None = None
         if short_queries:
             self._short = ShortQueryEngine(folder, self._info, self._tokenizing)
 
@@ -163,6 +163,8 @@ class SentenceTransformerEncoder(HFEncoder):
             self._fast = self._converted(self._model, precision, in_place=in_place)
             # the precision first, then the model: `_inference_model` reads them the other way
             self._precision, self._model = precision, None
+            if self._short is not None:
+                self._short.follow(self._fast)
         else:
             self._fast, self._precision = self._model, precision
 

@@ -45,6 +45,11 @@ class ShortQueryEngine:
         self._failed = False
         self._loading = threading.Lock()
 
+    def follow(self, like: Any) -> None:
+        """Take the tokenizer, layout and settings from `like` from now on: the encoder's
+        converted model, so that the fp32 one it was made from is not kept alive here."""
+        self.like = like
+
     def vector(self, text: str) -> np.ndarray | None:
         """`text`'s unit vector, or None when it is longer than SHORT_QUERY_TOKENS tokens or the
         engine cannot run (the caller's model then encodes it)."""

@@ -9,7 +9,9 @@ are in benchmarks/results/speed.md).
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -269,6 +271,10 @@ def test_auto_chooses_when_a_batch_needs_it_never_for_one_query(
     # bf16 was made from a copy: a query running on the fp32 model meanwhile is not changed
     assert {p.dtype for p in held.parameters()} == {torch.float32}
     assert encoder._inference_model(1) is not held  # type: ignore[attr-defined]
+    released = weakref.ref(held)
+    del held
+    gc.collect()
+    assert released() is None  # nothing keeps the fp32 copy (the short-query engine did)
     monkeypatch.setattr(precision, "_CHOSEN", {})  # as a new process would start
     again = get_encoder("sentence-transformers", model=str(tiny_st))
     assert again._precision == "bf16" and len(timed) == 1  # type: ignore[attr-defined]
