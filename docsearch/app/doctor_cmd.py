@@ -76,9 +76,13 @@ def state(health: dict[str, Any]) -> str:
 
 
 def _print_doctor(report: dict[str, Any]) -> None:
+    from docsearch.encoders.precision import NOT_CHOSEN
+
     typer.echo(f"docsearch {report['docsearch']}  db: {report['db']}")
     for line in report["inference"]:
         typer.echo(f"inference on this machine: {line}")
+    if not report["inference"]:
+        typer.echo(f"inference on this machine: {NOT_CHOSEN}")
     for name, h in report["collections"].items():
         typer.echo(
             f"{name}: {h['state']}; {h['files']} files, {h['chunks']} chunks, "

@@ -20,7 +20,7 @@ models_app = typer.Typer(help="Encoders and the models they can use.", no_args_i
 def models_list(as_json: JsonOption = False) -> None:
     """Encoders you can pass to --encoder, and models that ship in Python packages."""
     from docsearch.encoders.base import available
-    from docsearch.encoders.precision import describe_choices
+    from docsearch.encoders.precision import NOT_CHOSEN, describe_choices
     from docsearch.encoders.weights import list_models
 
     models = [{**m.__dict__, "path": str(m.path) if m.path else None} for m in list_models()]
@@ -40,6 +40,8 @@ def models_list(as_json: JsonOption = False) -> None:
         typer.echo(f"{m['name']}\t{m['hub_id']}\t{m['licence']}\t{state}\t{m['note']}".rstrip())
     for line in inference:
         typer.echo(f"inference on this machine: {line}")
+    if not inference:
+        typer.echo(f"inference on this machine: {NOT_CHOSEN}")
 
 
 @models_app.command("pull")

@@ -72,6 +72,9 @@ PROVISIONAL_TRIES = 3  # processes that measure again after a verdict that was n
 # fall under MIN_SPEEDUP where it was close) are measured again.
 CHOICE_VERSION = 6
 
+# What `models list` and `doctor` say before any choice was made on this machine.
+NOT_CHOSEN = "not chosen yet (precision=auto times the candidates at a model's first index run)"
+
 # `choose_precision` answers once per process and key (tests and the UI build many encoders).
 _CHOSEN: dict[str, str] = {}
 

@@ -34,6 +34,9 @@ def test_models_list_and_doctor_show_what_auto_chose_here(
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: True)  # a candidate on any CPU
     listed = json.loads(runner.invoke(app, ["models", "list", "--json"]).stdout)
     assert listed["inference"] == []  # nothing measured yet on this (fresh) cache
+    for command in (["models", "list"], ["doctor"]):
+        said = runner.invoke(app, command).stdout
+        assert f"inference on this machine: {precision.NOT_CHOSEN}" in said
     encoder = get_encoder("sentence-transformers", model=str(tiny_st))
     shown = f"{tiny_st}, 1 threads: {encoder.engine} (precision=auto"  # type: ignore[attr-defined]
     listed = json.loads(runner.invoke(app, ["models", "list", "--json"]).stdout)
