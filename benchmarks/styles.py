@@ -56,6 +56,7 @@ from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
 from docsearch.fusion import (  # noqa: E402
     DOCUMENT_RULES,
     LONG_QUERY_WORDS,
+    TERM_LIST_RULE,
     Fusion,
     aggregate,
     blend,
@@ -119,7 +120,7 @@ def _splits(name: str) -> list[str | None]:
 
 # Seeded samples that MiniLM embeds in about half an hour on 2 shared cores, the legal one first.
 SAMPLES = (
-    Sample(Group(IRLED, ()), docs=120, max_words=8000),
+    Sample(Group(IRLED, ()), docs=300, max_words=8000),
     Sample(Group("scifact", (("scifact", "test"),)), docs=1400, judged=1000),
     Sample(Group("qmsum", (("qmsum", "all"), ("qmsum/summary2meeting", "test"))), docs=30),
     Sample(
@@ -219,35 +220,88 @@ def _phrase_counts(text: str) -> Counter[str]:
     return counts
 
 
+# Key terms that name what a judgment is about without being its rarest words: phrases that
+# between 1% and 20% of the corpus's judgments use (legal concepts, not names or one-off words).
+COMMON_TERM_SHARE = (0.01, 0.2)
+LEGAL_PER_ROLE = 100  # queries per kind and role: legs cost ~0.1 s a query and style
+
+
 def legal_key_term_queries(sample: dict[str, CorpusDoc]) -> list[Query]:
-    """Two queries per judgment of the sample, a short list of its key terms (5 to 14 words)
-    and a long one (24 to 60): its phrases ranked by count x idf over the whole corpus (the way
-    catchphrases name what a judgment is about, generic legal terms included), comma-separated.
+    """Key-term lists for the sample's judgments, comma-separated, each judgment the target of
+    one list of each kind (at most LEGAL_PER_ROLE per kind and role, seeded):
+    - irled2017-precedent: a short list (5 to 14 words) and a long one (24 to 60) of its phrases
+      ranked by count x idf over the whole corpus (the words that single it out);
+    - irled2017-precedent/scattered: a short list of the legal terms it uses (COMMON_TERM_SHARE),
+      drawn at random weighted by how often it uses them: the topics of the case, spread
+      through it, as experts' catchphrases name them;
+    - irled2017-precedent/passing: a short list of such terms that it uses only once or twice.
     Roles: a seeded half of the judgments tune, the rest test."""
     full = load_beir(DATA / IRLED, "all").corpus
     df: Counter[str] = Counter()
     for doc in full.values():
         df.update(set(_phrase_counts(doc.text)))
+    low, high = (share * len(full) for share in COMMON_TERM_SHARE)
     roles = doc_roles(set(sample))
     rng = random.Random(SEED)
-    out = []
+    out: list[Query] = []
     for doc_id, doc in sample.items():
         counts = _phrase_counts(doc.text)
         score = {p: c * math.log(len(full) / (1 + df[p])) for p, c in counts.items() if c >= 2}
-        ranked = sorted(score, key=lambda p: (-score[p], p))
-        # As in the held-out set: short queries (under 24 words, most near 10) and long ones.
-        for kind, low, high in (("short", 5, 14), ("long", 24, 60)):
-            target = rng.randint(low, high)
-            chosen, words = [], 0
-            for phrase in ranked:
-                if any(phrase in c or c in phrase for c in chosen):
-                    continue  # one phrase per key term
-                chosen.append(phrase)
-                words += len(phrase.split())
-                if words >= target:
-                    break
-            text = ", ".join(chosen)
-            out.append(Query(f"{IRLED}\0{kind}-{doc_id}", IRLED, roles[doc_id], text, {doc_id: 1}))
+        common = sorted(p for p in counts if low <= df[p] <= high)
+        lists = {
+            IRLED + "\0short": (sorted(score, key=lambda p: (-score[p], p)), (5, 14)),
+            IRLED + "\0long": (sorted(score, key=lambda p: (-score[p], p)), (24, 60)),
+            IRLED + "/scattered\0scattered": (_drawn(common, counts, rng), (5, 14)),
+            IRLED + "/passing\0passing": (
+                _drawn([p for p in common if counts[p] <= 2], None, rng),
+                (5, 14),
+            ),
+        }
+        for key, (ranked, (fewest, most)) in lists.items():
+            dataset, kind = key.split("\0")
+            text = _key_term_list(ranked, rng.randint(fewest, most))
+            out.append(
+                Query(f"{dataset}\0{kind}-{doc_id}", dataset, roles[doc_id], text, {doc_id: 1})
+            )
+    return _capped(out, LEGAL_PER_ROLE, kinds=("short", "long", "scattered", "passing"))
+
+
+def _drawn(
+    phrases: list[str], counts: Counter[str] | None, rng: random.Random, n: int = 30
+) -> list[str]:
+    """Up to `n` of `phrases` in a random order, each drawn with weight its count (None: alike)."""
+    pool, out = list(phrases), []
+    weights = [counts[p] for p in pool] if counts is not None else [1] * len(pool)
+    while pool and len(out) < n:
+        i = rng.choices(range(len(pool)), weights)[0]
+        out.append(pool.pop(i))
+        weights.pop(i)
+    return out
+
+
+def _key_term_list(ranked: list[str], words: int) -> str:
+    """The first of `ranked` up to `words` words, one phrase per key term, comma-separated."""
+    chosen: list[str] = []
+    for phrase in ranked:
+        if any(phrase in c or c in phrase for c in chosen):
+            continue
+        chosen.append(phrase)
+        if sum(len(c.split()) for c in chosen) >= words:
+            break
+    return ", ".join(chosen)
+
+
+def _capped(queries: list[Query], per_role: int, kinds: tuple[str, ...]) -> list[Query]:
+    """`queries` with at most `per_role` of each of `kinds` per role (a seeded choice); the
+    other kinds all kept."""
+    out = [q for q in queries if q.key.split("\0")[1].split("-")[0] not in kinds]
+    for kind in kinds:
+        for role in ("tune", "test"):
+            part = [
+                q for q in queries if q.key.split("\0")[1].startswith(f"{kind}-") and q.role == role
+            ]
+            random.Random(SEED).shuffle(part)
+            out += sorted(part[:per_role], key=lambda q: q.key)
     return out
 
 
@@ -702,8 +756,12 @@ ATTEMPTS = {
 
 
 def today_weights(row: Row) -> np.ndarray:
-    """The previous round's short rule: no dense legs for key terms, a 0.4 share otherwise."""
-    return share_weights(0.0 if is_key_terms(row.text) else 0.4)
+    """The short rule the leg-evidence attempts change: key terms by the product's
+    fusion.TERM_LIST_RULE (no dense legs; its lexical weights, 1 : 1 since 2026-12-07, 1 : 2
+    in the round that chose RARE_TERMS), a 0.4 dense share otherwise."""
+    if is_key_terms(row.text):
+        return np.array([TERM_LIST_RULE.weights.get(leg, 0.0) for leg in HYBRID_LEGS])
+    return share_weights(0.4)
 
 
 def evidence(change: Any) -> Any:

@@ -459,3 +459,41 @@ def test_key_terms_with_a_joiner_are_not_encoded(corpus: tuple[str, Path]) -> No
     prose = retriever.search("vibration of the coolant pump night shift bearing", k=5)
     assert CountingEncoder.calls == 1
     assert {"doc_dense", "dense"} <= set(prose[0].scores)
+
+
+def _lse(per_doc: dict[str, list[float]], temp: float = 0.1) -> dict[str, float]:
+    """Each document's chunk BM25 scores as a soft maximum in units of the best chunk's."""
+    unit = temp * max(s for scores in per_doc.values() for s in scores)
+    return {d: temp * math.log(sum(math.exp(s / unit) for s in v)) for d, v in per_doc.items()}
+
+
+def test_a_key_term_list_ranks_the_judgment_that_holds_its_terms_throughout(
+    tmp_path: Path,
+) -> None:
+    """Catchphrases name a judgment's topics, spread through it: the document that holds every
+    term across its paragraphs ranks above one whose single paragraph holds three of them. The
+    key-term rule z-scores whole-document BM25 and chunk BM25 (lse@0.1) and weighs them alike;
+    with chunk BM25 leading 2 : 1 the dense paragraph won."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    terms = ["coolant pump", "vibration", "night shift", "bearing"]
+    spread = [f"The {terms[i % 4]} again. {FILLER[i]}." for i in range(8)]
+    dense = "Coolant pump vibration on the night shift."  # its best paragraph by far
+    (root / "spread.txt").write_text("\n\n".join(spread) + "\n")
+    (root / "single.txt").write_text("\n\n".join([dense, *(f"{f}." for f in FILLER[:7])]) + "\n")
+    (root / "weak.txt").write_text("\n\n".join([*(f"{f}." for f in FILLER), "A bearing."]) + "\n")
+    db = str(tmp_path / "db")
+    assert not index_into(db, root, "terms", encoder="hashing", max_tokens=40).failed
+    retriever = Retriever("terms", db=db)
+    query = ", ".join(terms)
+    hits = retriever.search(query, k=3)
+    assert _names(hits) == ["spread.txt", "single.txt", "weak.txt"]
+    assert set(hits[0].scores) == {"doc_lexical", "lexical", "fused"}  # no dense leg
+    whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(query, 500, None)}
+    chunks = _lse(_chunk_bm25(retriever, query))
+    assert max(chunks, key=chunks.__getitem__) == hits[1].doc_id  # best by its one paragraph
+    keys = set(whole) | set(chunks)
+    doc_z, chunk_z = _zscores(whole, keys), _zscores(chunks, keys)
+    for hit in hits:
+        expected = 0.5 * doc_z[hit.doc_id] + 0.5 * chunk_z[hit.doc_id]
+        assert hit.score == pytest.approx(expected, rel=1e-6, abs=1e-9)
