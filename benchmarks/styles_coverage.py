@@ -12,7 +12,9 @@ from terms spread through a judgment (irled2017-precedent/scattered, /passing) a
 key-term rule needs whole-document BM25 most (results/styles.md, "Fifth round"); a signal that
 tells them from the other sets' queries could weigh the lexical legs per query. Writes
 results/styles_coverage.{json,md}: medians and the share of queries under 0.75, per set and
-per set x style. Nothing here is used by the product.
+per set x style. With `--rules`, also scores rules that give a key-term query whose spread is
+under a bound more whole-document BM25 (styles_terms.study: tuning and test margins, summed
+shortfall, the most any cell loses against the shipped rule). Nothing here is used by the product.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the 
 from benchmarks import styles as S  # noqa: E402
 from benchmarks.eval_sets import RESULTS, machine, machine_lines, write_results  # noqa: E402
 from docsearch.common_words import common_words  # noqa: E402
-from docsearch.fusion import LONG, query_form  # noqa: E402
+from docsearch.fusion import KEY_TERMS, LONG, TERM_LIST_RULE, Fusion, query_form  # noqa: E402
 from docsearch.indexer.filters import ChunkFilter  # noqa: E402
 from docsearch.query import ParsedQuery, clean_query  # noqa: E402
 from docsearch.text import content_stems  # noqa: E402
@@ -58,7 +60,11 @@ def coverage(store: Any, text: str, doc_text: dict[str, str]) -> dict[str, float
     return {"passage": passage, "document": document, "spread": passage / max(document, 1e-9)}
 
 
-def measure(cache: Path, indexes: Path) -> dict[tuple[str, str], list[dict[str, float]]]:
+def measure(
+    cache: Path, indexes: Path, spreads: dict[str, float] | None = None
+) -> dict[tuple[str, str], list[dict[str, float]]]:
+    """Per (set, style), each short query's measures; `spreads` gets each key-term query's
+    spread by its text."""
     out: dict[tuple[str, str], list[dict[str, float]]] = defaultdict(list)
     for sample in S.SAMPLES:
         path = cache / f"{sample.name}.pkl"
@@ -77,7 +83,57 @@ def measure(cache: Path, indexes: Path) -> dict[tuple[str, str], list[dict[str, 
                     found = coverage(store, text, doc_text)
                     if found is not None:
                         out[(q.dataset, style)].append(found)
+                        if spreads is not None and query_form(clean_query(text)) == KEY_TERMS:
+                            spreads.setdefault(text, found["spread"])
         print(f"{sample.name}: measured", file=sys.stderr, flush=True)
+    return out
+
+
+def spread_rules(measured_spread: dict[str, float]) -> dict[str, Any]:
+    """styles_terms attempts: the shipped rule, and key terms whose spread is under a bound
+    ranked with whole-document BM25 weighing `w` (chunk BM25 1 - w)."""
+    from benchmarks import styles_terms as T
+
+    def gated(bound: float, w: float) -> Any:
+        heavy = Fusion(
+            "zscore", {"doc_lexical": w, "lexical": 1 - w}, aggregate={"lexical": "lse@0.1"}
+        )
+        shipped = T.by_form(T.never)
+
+        def rule(text: str) -> Fusion:
+            chosen = shipped(text)
+            if chosen is TERM_LIST_RULE and measured_spread.get(text, 1.0) < bound:
+                return heavy
+            return chosen
+
+        return rule
+
+    out = {T.SHIPPED: T.by_form(T.never)}
+    for bound in (0.5, 0.6, 0.7, 0.8):
+        for w in (0.75, 0.85, 1.0):
+            out[f"spread < {bound}: whole-document BM25 {w}"] = gated(bound, w)
+    return out
+
+
+def score_rules(cache: Path, measured_spread: dict[str, float]) -> dict[str, Any]:
+    """Each spread rule's margins per role, as styles_terms judges its attempts."""
+    from benchmarks import styles_terms as T
+
+    T.attempts = lambda: spread_rules(measured_spread)  # study() scores T.attempts()
+    found = T.study(T.rows(cache))["summary"]
+    shipped = found[T.SHIPPED]
+    out: dict[str, Any] = {}
+    for name, got in found.items():
+        out[name] = {}
+        for role in ("tune", "test"):
+            mine, theirs = got[role]["margins"], shipped[role]["margins"]
+            lost = min(mine, key=lambda c: mine[c] - theirs[c])
+            out[name][role] = {
+                "fails": len(got[role]["fails"]),
+                "shortfall": got[role]["shortfall"],
+                "mean": got[role]["mean"],
+                "most lost": [lost, mine[lost] - theirs[lost]],
+            }
     return out
 
 
@@ -119,16 +175,45 @@ def markdown(payload: dict[str, Any], command: str) -> str:
             "## Per set x style",
             "",
             *table(payload["cells"], "set / style"),
+            *rules_table(payload.get("rules")),
         ]
     )
+
+
+def rules_table(rules: dict[str, Any] | None) -> list[str]:
+    if not rules:
+        return []
+    lines = [
+        "",
+        "## Key-term rules gated by spread (`--rules`)",
+        "",
+        "Margins over max(lexical mode, whole-document BM25) per set x style, as "
+        "styles_terms.py judges; shortfall: margins below -0.005 summed; most lost: the cell "
+        "that loses most against the shipped rule.",
+        "",
+        "| rule | tune fails | tune shortfall | tune mean | tune most lost "
+        "| test fails | test shortfall | test mean | test most lost |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, got in rules.items():
+        cells = []
+        for role in ("tune", "test"):
+            r = got[role]
+            cell, lost = r["most lost"]
+            cells += [str(r["fails"]), f"{r['shortfall']:+.3f}", f"{r['mean']:.4f}"]
+            cells.append(f"{cell} {lost:+.4f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=S.CACHE)
     parser.add_argument("--indexes", type=Path, default=S.INDEXES)
+    parser.add_argument("--rules", action="store_true", help="also score spread-gated rules")
     args = parser.parse_args()
-    measured = measure(args.cache, args.indexes)
+    spreads: dict[str, float] = {}
+    measured = measure(args.cache, args.indexes, spreads)
     per_set: dict[str, list[dict[str, float]]] = defaultdict(list)
     for (dataset, _), values in measured.items():
         per_set[dataset] += values
@@ -137,7 +222,9 @@ def main() -> None:
         "sets": {name: summary(v) for name, v in sorted(per_set.items())},
         "cells": {f"{d} / {s}": summary(v) for (d, s), v in sorted(measured.items())},
     }
-    command = "python -m benchmarks.styles_coverage (after styles.py build and collect)"
+    if args.rules:
+        payload["rules"] = score_rules(args.cache, spreads)
+    command = "python -m benchmarks.styles_coverage --rules (after styles.py build and collect)"
     write_results(RESULTS, "styles_coverage", payload, markdown(payload, command))
 
 
