@@ -243,27 +243,30 @@ def legal_key_term_queries(sample: dict[str, CorpusDoc]) -> list[Query]:
     low, high = (share * len(full) for share in COMMON_TERM_SHARE)
     roles = doc_roles(set(sample))
     rng = random.Random(SEED)
-    out: list[Query] = []
+    made: dict[tuple[str, str], list[Query]] = {}  # (kind, role) -> its queries
     for doc_id, doc in sample.items():
         counts = _phrase_counts(doc.text)
         score = {p: c * math.log(len(full) / (1 + df[p])) for p, c in counts.items() if c >= 2}
+        singling = sorted(score, key=lambda p: (-score[p], p))
         common = sorted(p for p in counts if low <= df[p] <= high)
-        lists = {
-            IRLED + "\0short": (sorted(score, key=lambda p: (-score[p], p)), (5, 14)),
-            IRLED + "\0long": (sorted(score, key=lambda p: (-score[p], p)), (24, 60)),
-            IRLED + "/scattered\0scattered": (_drawn(common, counts, rng), (5, 14)),
-            IRLED + "/passing\0passing": (
-                _drawn([p for p in common if counts[p] <= 2], None, rng),
-                (5, 14),
-            ),
-        }
-        for key, (ranked, (fewest, most)) in lists.items():
-            dataset, kind = key.split("\0")
+        scattered = _drawn(common, counts, rng)
+        passing = _drawn([p for p in common if counts[p] <= 2], None, rng)
+        for dataset, kind, ranked, (fewest, most) in (
+            (IRLED, "short", singling, (5, 14)),
+            (IRLED, "long", singling, (24, 60)),
+            (f"{IRLED}/scattered", "scattered", scattered, (5, 14)),
+            (f"{IRLED}/passing", "passing", passing, (5, 14)),
+        ):
             text = _key_term_list(ranked, rng.randint(fewest, most))
-            out.append(
-                Query(f"{dataset}\0{kind}-{doc_id}", dataset, roles[doc_id], text, {doc_id: 1})
-            )
-    return _capped(out, LEGAL_PER_ROLE, kinds=("short", "long", "scattered", "passing"))
+            query = Query(f"{dataset}\0{kind}-{doc_id}", dataset, roles[doc_id], text, {doc_id: 1})
+            made.setdefault((kind, query.role), []).append(query)
+    out: list[Query] = []
+    for kind in ("short", "long", "scattered", "passing"):
+        for role in ("tune", "test"):  # at most LEGAL_PER_ROLE of each, a seeded choice
+            part = made.get((kind, role), [])
+            random.Random(SEED).shuffle(part)
+            out += sorted(part[:LEGAL_PER_ROLE], key=lambda q: q.key)
+    return out
 
 
 def _drawn(
@@ -282,27 +285,15 @@ def _drawn(
 def _key_term_list(ranked: list[str], words: int) -> str:
     """The first of `ranked` up to `words` words, one phrase per key term, comma-separated."""
     chosen: list[str] = []
+    total = 0
     for phrase in ranked:
         if any(phrase in c or c in phrase for c in chosen):
             continue
         chosen.append(phrase)
-        if sum(len(c.split()) for c in chosen) >= words:
+        total += len(phrase.split())
+        if total >= words:
             break
     return ", ".join(chosen)
-
-
-def _capped(queries: list[Query], per_role: int, kinds: tuple[str, ...]) -> list[Query]:
-    """`queries` with at most `per_role` of each of `kinds` per role (a seeded choice); the
-    other kinds all kept."""
-    out = [q for q in queries if q.key.split("\0")[1].split("-")[0] not in kinds]
-    for kind in kinds:
-        for role in ("tune", "test"):
-            part = [
-                q for q in queries if q.key.split("\0")[1].startswith(f"{kind}-") and q.role == role
-            ]
-            random.Random(SEED).shuffle(part)
-            out += sorted(part[:per_role], key=lambda q: q.key)
-    return out
 
 
 def sample_index(rset: RetrievalSet, indexes: Path, adapters: Path | None) -> EvalIndex:

@@ -119,8 +119,7 @@ def score_rules(cache: Path, measured_spread: dict[str, float]) -> dict[str, Any
     """Each spread rule's margins per role, as styles_terms judges its attempts."""
     from benchmarks import styles_terms as T
 
-    T.attempts = lambda: spread_rules(measured_spread)  # study() scores T.attempts()
-    found = T.study(T.rows(cache))["summary"]
+    found = T.study(T.rows(cache), spread_rules(measured_spread))["summary"]
     shipped = found[T.SHIPPED]
     out: dict[str, Any] = {}
     for name, got in found.items():

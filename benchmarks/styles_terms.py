@@ -192,10 +192,11 @@ def cell_means(rows: list[dict[str, Any]], values: list[float], role: str) -> di
     return {cell: float(np.mean(v)) for cell, v in acc.items()}
 
 
-def study(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per attempt and role: worst margin, fails, mean, the original queries and the cell lost
-    most against the shipped rule, the `spaced` cells; and the LODO choice."""
-    tried = attempts()
+def study(rows: list[dict[str, Any]], tried: dict[str, RuleOf] | None = None) -> dict[str, Any]:
+    """Per attempt (`tried`, default `attempts()`, SHIPPED among them) and role: worst margin,
+    fails, mean, the original queries and the cell lost most against the shipped rule, the
+    `spaced` cells; and the LODO choice."""
+    tried = tried if tried is not None else attempts()
     values = {
         name: [S.ndcg10(S.fuse(rule(r["text"]), r["legs"]), r["qrels"]) for r in rows]
         for name, rule in tried.items()
