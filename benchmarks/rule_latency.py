@@ -5,9 +5,10 @@
 Issue 37 acceptance 5: hybrid p50 at 100k chunks stays within 10% of speed.md's figure. Two
 measures on speed.py's synthetic 100k-chunk collection (query encoding excluded, as there):
 - `speed.py`: speed.py's own latency part (`speed.latency`), as speed.md's table was made;
-- `a/b`: the shipped rules (fusion.form_rule: key terms by TERM_LIST_RULE, RareTerms on the
-  four-leg rule) against the rule-free hybrid of 12bf41f (the four-leg rule for every short query:
-  a Retriever given `DOCUMENT_RULES["hybrid"]` without `rare`), in interleaved rounds (the order
+- `a/b`: the shipped rules (fusion.form_rule: key terms by TERM_LIST_RULE, RareTerms and each
+  leg's confidence on the four-leg rule) against the rule-free hybrid of 12bf41f (the four-leg
+  rule for every short query: a Retriever given `DOCUMENT_RULES["hybrid"]` without `rare` or
+  `confidence`), in interleaved rounds (the order
   flips each round) over four kinds of short query: speed.py's 3 words, 6 space-separated
   words (key terms now: no dense legs), 3 comma-separated terms (a list now) and 6 words with
   an "of" inside (key terms since the joiner).
@@ -58,7 +59,7 @@ def retrievers(db: str, name: str, vectors: np.ndarray) -> dict[str, Any]:
     from docsearch.fusion import DOCUMENT_RULES
     from docsearch.retriever import Retriever
 
-    rule_free = replace(DOCUMENT_RULES["hybrid"], rare=None)
+    rule_free = replace(DOCUMENT_RULES["hybrid"], rare=None, confidence=None)
     return {
         "shipped": Retriever(name, db=db, encoder=speed.PrecomputedQueries(vectors)),  # type: ignore[arg-type]
         "rule-free": Retriever(

@@ -56,10 +56,13 @@ from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
 from docsearch.fusion import (  # noqa: E402
     DOCUMENT_RULES,
     LONG_QUERY_WORDS,
+    SHORT_RULE_CONFIDENCE,
+    TERM_LIST_CONFIDENCE,
     TERM_LIST_RULE,
     Fusion,
     aggregate,
     blend,
+    confidence,
     document_rule,
     is_key_terms,
     is_term_list,
@@ -598,6 +601,8 @@ def make_row(part: dict[str, Any], q: Query, style: str, text: str, legs: Legs) 
         "doc_share": len(legs["doc_lexical"]) / len(legs["doc_dense"])
         if legs["doc_dense"]
         else 1.0,
+        # how decisively each leg picks its best document (fusion.confidence)
+        **{f"confidence {leg}": confidence(legs[leg]) for leg in HYBRID_LEGS},
     }
     modes = {name: ndcg10(rank(text, legs), q.qrels) for name, rank in mode_rankers().items()}
     return Row(
@@ -640,7 +645,7 @@ def rows_of(saved: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-ROWS_VERSION = 2  # 2: feats gained dense_cos and doc_share
+ROWS_VERSION = 3  # 2: feats gained dense_cos and doc_share; 3: each leg's confidence
 
 
 def cached_rows(cache: Path, indexes: Path = INDEXES, adapters: Path | None = None) -> list[Row]:
@@ -773,7 +778,7 @@ def evidence(change: Any) -> Any:
     return ranked
 
 
-def rare_terms(share: float, doc_lexical: float, lexical: float) -> Any:
+def rare_change(share: float, doc_lexical: float, lexical: float) -> Any:
     """A short query with its dense legs whose words whole-document BM25 matched in fewer than
     `share` of the documents the doc-mean vector leg returned (fusion.RareTerms) gives the
     lexical legs these weights."""
@@ -782,6 +787,27 @@ def rare_terms(share: float, doc_lexical: float, lexical: float) -> Any:
         if weights[2:].any() and row.feats["doc_share"] < share:
             return np.array([doc_lexical, lexical, *weights[2:]])
         return weights
+
+    return change
+
+
+def rare_terms(share: float, doc_lexical: float, lexical: float) -> Any:
+    return evidence(rare_change(share, doc_lexical, lexical))
+
+
+def by_confidence(key_terms: float, other: float) -> Any:
+    """The rare-terms rule (fusion.RARE_TERMS), then each weight times its leg's confidence to
+    the power `key_terms` for key terms, `other` for other short queries, the total kept
+    (fusion.weighed_by_confidence; the rules of 2026-12-07, styles_terms.md)."""
+    rare = rare_change(0.5, 0.3, 0.3)
+
+    def change(row: Row, weights: np.ndarray) -> np.ndarray:
+        weights = rare(row, weights)
+        power = key_terms if is_key_terms(row.text) else other
+        sure = np.array([row.feats[f"confidence {leg}"] for leg in HYBRID_LEGS])
+        scaled = weights * sure**power
+        total = scaled.sum()
+        return scaled * (weights.sum() / total) if total > 0 else weights
 
     return evidence(change)
 
@@ -798,9 +824,14 @@ RARE = {
     )
 }
 ATTEMPTS |= RARE
+# fusion.document_rule: is_key_terms, TERM_LIST_RULE, DOCUMENT_RULES["hybrid"]'s RareTerms, each
+# rule's confidence power (chosen by styles_terms.py)
+SHIPPED = (
+    f"rare terms, then legs x confidence^{TERM_LIST_CONFIDENCE} (key terms) / "
+    f"^{SHORT_RULE_CONFIDENCE} (other short queries)"
+)
+ATTEMPTS[SHIPPED] = by_confidence(TERM_LIST_CONFIDENCE, SHORT_RULE_CONFIDENCE)
 MAIN = "lists d=0.0"  # the rule before the no-stop-word trigger: comma lists only
-# fusion.document_rule: is_key_terms, TERM_LIST_RULE, and DOCUMENT_RULES["hybrid"]'s RareTerms
-SHIPPED = "rare terms (< 0.5 of the documents): lexical legs 0.3 / 0.3"
 
 
 def cell_means(rows: list[Row], values: np.ndarray, role: str) -> dict[tuple[str, str], float]:
@@ -962,7 +993,8 @@ def markdown(payload: dict[str, Any], command: str) -> str:
         "short query of key terms, fusion.is_key_terms: a list, or 6+ words without a stop "
         "word but an 'of' inside a term, by TERM_LIST_RULE; another short query whose words whole-document BM25 matched "
         "in under half the documents the doc-vector leg returned with the lexical legs 0.3 : "
-        f"0.3, fusion.RARE_TERMS: `{SHIPPED}`). All through docsearch.fusion over legs "
+        "0.3, fusion.RARE_TERMS; each leg's weight then times its confidence for the query, "
+        f"fusion.Fusion.confidence: `{SHIPPED}`). All through docsearch.fusion over legs "
         "searched once through the real store.",
         f"- fast path (blend-normalised legs, weighted sums) against the product's Fusion: "
         f"{payload['twin']['hybrid before']} and {payload['twin']['hybrid']} of "

@@ -8,7 +8,10 @@ triggers are for: each original query with its separators dropped and its stop w
 ranks each (query, style) through the product's own fusion (`docsearch.fusion.Fusion`, the
 legs as styles.rule_legs hands them), one rule per attempt:
 - `rule:` attempts change what a key-term query is ranked by (fusion.TERM_LIST_RULE): the
-  lexical legs' weights, the chunk leg's aggregator, the normalisation, or a dense share;
+  lexical legs' weights, each leg weighed by its confidence for the query (`Fusion.confidence`),
+  the chunk leg's aggregator, the normalisation, or a dense share;
+- `plain:` attempts weigh the short rule's four legs by their confidence for other short queries
+  (the dense side's share falling where its best match is less decisive than the lexical one's);
 - `joined:` attempts widen what counts as key terms (fusion.is_key_terms) to queries whose only
   stop words are joiners standing between two content words, as in "burden of proof".
 Each is judged as styles.py judges: per set x style cell, the margin over max(lexical mode,
@@ -74,16 +77,20 @@ def joined_terms(joiners: frozenset[str], max_share: float, words: int = 6) -> T
     return trigger
 
 
-def by_form(trigger: Trigger, key_rule: Fusion = TERM_LIST_RULE) -> RuleOf:
+def by_form(
+    trigger: Trigger, key_rule: Fusion = TERM_LIST_RULE, plain_rule: Fusion | None = None
+) -> RuleOf:
     """The hybrid rule as fusion.form_rule picks it, key terms being `trigger`'s or
-    fusion.is_key_terms', ranked by `key_rule`."""
+    fusion.is_key_terms', ranked by `key_rule`, other short queries by `plain_rule` (default
+    the shipped short rule)."""
+    plain = plain_rule or form_rule("hybrid", PLAIN)
 
     def rule(text: str) -> Fusion:
         if len(text.split()) >= LONG_QUERY_WORDS:
             return form_rule("hybrid", LONG)
         if is_key_terms(text) or trigger(text):
             return key_rule
-        return form_rule("hybrid", PLAIN)
+        return plain
 
     return rule
 
@@ -103,19 +110,26 @@ LEX = "lse@0.1"
 def key_rules() -> dict[str, Fusion]:
     """The key-term rules tried in place of TERM_LIST_RULE."""
     four = DOCUMENT_RULES["hybrid"]
-    return {
+    halves = Fusion("zscore", {"doc_lexical": 0.5, "lexical": 0.5}, aggregate={"lexical": LEX})
+    thirds = Fusion("zscore", {"doc_lexical": 1 / 3, "lexical": 2 / 3}, aggregate={"lexical": LEX})
+    doc_heavy = Fusion(
+        "zscore", {"doc_lexical": 2 / 3, "lexical": 1 / 3}, aggregate={"lexical": LEX}
+    )
+    confident = {}
+    for share, base, powers in (
+        ("1/2 : 1/2", halves, (0.5, 1.0, 1.5, 2.0, 3.0)),
+        ("2/3 : 1/3", doc_heavy, (1.0, 2.0)),
+    ):
+        for power in powers:
+            name = f"rule: zscore {share}, each leg x its confidence^{power}"
+            confident[name] = replace(base, confidence=power)
+    return confident | {
+        "rule: zscore doc BM25 1/2, chunk BM25 1/2, no confidence (the rule of 2026-12-07)": halves,
         "rule: zscore doc BM25 0.4, chunk BM25 0.6": Fusion(
             "zscore", {"doc_lexical": 0.4, "lexical": 0.6}, aggregate={"lexical": LEX}
         ),
-        "rule: zscore doc BM25 1/3, chunk BM25 2/3 (the rule before 2026-12-07)": Fusion(
-            "zscore", {"doc_lexical": 1 / 3, "lexical": 2 / 3}, aggregate={"lexical": LEX}
-        ),
-        "rule: zscore doc BM25 1/2, chunk BM25 1/2": Fusion(
-            "zscore", {"doc_lexical": 0.5, "lexical": 0.5}, aggregate={"lexical": LEX}
-        ),
-        "rule: zscore doc BM25 2/3, chunk BM25 1/3": Fusion(
-            "zscore", {"doc_lexical": 2 / 3, "lexical": 1 / 3}, aggregate={"lexical": LEX}
-        ),
+        "rule: zscore doc BM25 1/3, chunk BM25 2/3 (the rule before 2026-12-07)": thirds,
+        "rule: zscore doc BM25 2/3, chunk BM25 1/3": doc_heavy,
         "rule: zscore doc BM25 3/4, chunk BM25 1/4": Fusion(
             "zscore", {"doc_lexical": 0.75, "lexical": 0.25}, aggregate={"lexical": LEX}
         ),
@@ -123,10 +137,9 @@ def key_rules() -> dict[str, Fusion]:
             "zscore", {"doc_lexical": 0.85, "lexical": 0.15}, aggregate={"lexical": LEX}
         ),
         "rule: whole-document BM25 alone": Fusion("maxnorm", {"doc_lexical": 1.0}),
-        "rule: zscore 1/3 : 2/3, chunk BM25 sum@5": replace(
-            TERM_LIST_RULE, aggregate={"lexical": "sum@5"}
-        ),
-        "rule: minmax 1/3 : 2/3": replace(TERM_LIST_RULE, method="minmax"),
+        # named rules, not TERM_LIST_RULE altered: the shipped rule moves under them
+        "rule: zscore 1/3 : 2/3, chunk BM25 sum@5": replace(thirds, aggregate={"lexical": "sum@5"}),
+        "rule: minmax 1/3 : 2/3": replace(thirds, method="minmax"),
         "rule: the lexical mode's rule": DOCUMENT_RULES["lexical"],
         "rule: zscore 0.3 / 0.6 + dense 0.1": Fusion(
             "zscore",
@@ -148,6 +161,15 @@ def boolean_terms(text: str) -> bool:
 def attempts() -> dict[str, RuleOf]:
     out: dict[str, RuleOf] = {SHIPPED: by_form(never)}
     out |= {name: by_form(never, rule) for name, rule in key_rules().items()}
+    short = form_rule("hybrid", PLAIN)
+    out["before confidence: the rules of 2026-12-07 (ea1a911)"] = by_form(
+        never, replace(TERM_LIST_RULE, confidence=None), replace(short, confidence=None)
+    )
+    for power in (None, 0.5, 1.0, 2.0):
+        how = f"each leg x its confidence^{power}" if power else "no confidence"
+        out[f"plain: the short rule, {how}"] = by_form(
+            never, plain_rule=replace(short, confidence=power)
+        )
     out["boolean: terms joined by AND / OR are key terms"] = by_form(boolean_terms)
     for label, joiners in (
         ("of", OF),

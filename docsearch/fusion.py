@@ -116,6 +116,30 @@ def is_dense(leg: str) -> bool:
     return "dense" in leg
 
 
+def confidence(scores: Scores) -> float:
+    """How decisively a leg picks its best candidate: that candidate's z-score over the leg's
+    candidates, (best - mean) / std; 0 for a leg that cannot tell its candidates apart (one
+    candidate, or all tied)."""
+    values = list(scores.values())
+    if len(values) < 2 or min(values) == max(values):
+        return 0.0
+    mean = math.fsum(values) / len(values)
+    std = math.sqrt(math.fsum((s - mean) ** 2 for s in values) / len(values))
+    return (max(values) - mean) / std if std else 0.0
+
+
+def weighed_by_confidence(
+    legs: Mapping[str, Scores], weights: Mapping[str, float], power: float
+) -> dict[str, float]:
+    """`weights` each times its leg's `confidence` to `power`, scaled back to their total so a
+    fused score keeps its range; `weights` unchanged where no leg can tell its candidates apart."""
+    scaled = {leg: w * confidence(legs[leg]) ** power for leg, w in weights.items()}
+    total = math.fsum(scaled.values())
+    if total <= 0:
+        return dict(weights)
+    return {leg: w * math.fsum(weights.values()) / total for leg, w in scaled.items()}
+
+
 @dataclass(frozen=True)
 class RareTerms:
     """Weights for the lexical legs when the query's words are rare in the collection: whole-
@@ -139,8 +163,10 @@ class Fusion:
     """A fusion rule: `method` from METHODS over the legs `weights` names (a leg it does not
     name, or weighs 0, is left out); `aggregate` says how a chunk leg scores a document (max
     when not named); `tau` turns on the agreement guard; `rare` reweighs the lexical legs of a
-    query whose words are rare (RareTerms). One weighted leg ranks by its own scores. The bare
-    constructor is unweighted RRF over the two chunk legs."""
+    query whose words are rare (RareTerms); `confidence` weighs each leg by how decisively it
+    picks its best candidate for this query (`weighed_by_confidence`, that power). One weighted
+    leg ranks by its own scores. The bare constructor is unweighted RRF over the two chunk
+    legs."""
 
     method: str = "rrf"
     weights: dict[str, float] = field(default_factory=lambda: {"dense": 1.0, "lexical": 1.0})
@@ -148,6 +174,7 @@ class Fusion:
     aggregate: dict[str, str] = field(default_factory=dict)
     tau: float | None = None
     rare: RareTerms | None = None
+    confidence: float | None = None
 
     @property
     def uses_dense(self) -> bool:
@@ -171,6 +198,8 @@ class Fusion:
             weights = {leg: self.rare.weights.get(leg, w) for leg, w in weights.items()}
         if len(weights) == 1:
             return dict(legs[next(iter(weights))]), None
+        if self.confidence:
+            weights = weighed_by_confidence(legs, weights, self.confidence)
         agreement = self._agreement(legs, weights) if self.tau else None
         if agreement is not None:
             weights = {leg: w * agreement if is_dense(leg) else w for leg, w in weights.items()}
@@ -212,6 +241,17 @@ CHUNK_FUSION = Fusion("maxnorm", {"dense": 0.4, "lexical": 0.6})
 # best doc-mean cosine, the legs' score spread) cost the original queries, put cells below the
 # bar or fixed no cell below it; restoring the dense legs to key terms needs every list encoded.
 RARE_TERMS = RareTerms(0.5, {"doc_lexical": 0.3, "lexical": 0.3})
+# Each leg of the short rule is weighed by the fourth root of its confidence for the query (how
+# far its best candidate stands above the rest, in standard deviations: `confidence`): a dense
+# side that finds no document clearly better than the others cedes some weight to lexical legs
+# that do. Where MiniLM is weak (the legal key-term lists' first words, typed into a search box)
+# its best doc-mean match stands ~3 sd out against whole-document BM25's ~5.5; on scifact's
+# claims both stand ~6-9 out. Chosen on the query-style suite's tuning split together with the
+# key-term rule's power (benchmarks/styles_terms.py, results/styles_terms.md): the pair that cuts
+# the cells' shortfall below the bar most (-0.808 -> -0.619) among those that cost no cell more
+# than 0.015 (qmsum/summary2meeting first words -0.0149, at that bound) and the original queries
+# no more than 0.005 (-0.0002); a square root cut more (-0.574) but cost that cell 0.0153.
+SHORT_RULE_CONFIDENCE = 0.25
 DOCUMENT_RULES = {
     "lexical": Fusion(
         "minmax", {"doc_lexical": 0.7, "lexical": 0.3}, aggregate={"lexical": "sum@5"}
@@ -221,6 +261,7 @@ DOCUMENT_RULES = {
         {"doc_lexical": 0.2, "lexical": 0.4, "doc_dense": 0.2, "dense": 0.2},
         aggregate={"lexical": "lse@0.1"},
         rare=RARE_TERMS,
+        confidence=SHORT_RULE_CONFIDENCE,
     ),
     "vector": Fusion("maxnorm", {"dense": 1.0}),
 }
@@ -244,8 +285,19 @@ LONG_QUERY_WORDS = 24
 # (benchmarks/styles_terms.py, results/styles_terms.md) as the rule that lifts the worst cells
 # most among those that cost no cell more than 0.015 against 1 : 2; doc-heavier rules lift the
 # legal cells further but cost qmsum's key words 0.03-0.05.
+# Each of the two legs is then weighed by its confidence for the query to the power 1.5 (see
+# SHORT_RULE_CONFIDENCE): a legal list's judgment stands ~8 sd above the rest in whole-document
+# BM25 and ~4 in chunk BM25, which finds passages in other judgments holding a few of the terms,
+# while a list keyed to one passage (qmsum's key words) stands ~3 sd out in both and keeps 1 : 1.
+# Chosen with SHORT_RULE_CONFIDENCE; the power alone cut the tuning shortfall -0.808 -> -0.707
+# (0.5: -0.757, 1: -0.733; 2 and 3 cost scisummnet-acl's quoted titles 0.0175-0.0184), on test
+# -0.566 -> -0.501, two legal cells back above the bar, qmsum's key words -0.0276 (above its bar).
+TERM_LIST_CONFIDENCE = 1.5
 TERM_LIST_RULE = Fusion(
-    "zscore", {"doc_lexical": 0.5, "lexical": 0.5}, aggregate={"lexical": "lse@0.1"}
+    "zscore",
+    {"doc_lexical": 0.5, "lexical": 0.5},
+    aggregate={"lexical": "lse@0.1"},
+    confidence=TERM_LIST_CONFIDENCE,
 )
 TERM_LIST_PARTS = 3  # at least this many terms, separated by commas, semicolons or lines
 TERM_WORDS = 6  # and none longer than this many words (a clause is not a term)

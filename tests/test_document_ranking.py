@@ -20,6 +20,8 @@ import pytest
 
 from docsearch.fusion import (
     LONG_QUERY_WORDS,
+    SHORT_RULE_CONFIDENCE,
+    TERM_LIST_CONFIDENCE,
     TERM_LIST_RULE,
     document_rule,
     is_keyword_query,
@@ -80,6 +82,13 @@ def _zscores(scores: dict[str, float], keys: set[str]) -> dict[str, float]:
     mean, std = values.mean(), values.std() or 1.0
     z = {key: (s - mean) / std for key, s in scores.items()}
     return {key: z.get(key, min(z.values())) for key in keys}
+
+
+def _confident(weights: tuple[float, ...], z: list[dict[str, float]], power: float) -> list[float]:
+    """The weights each times its leg's confidence (its best z) to `power`, their total kept
+    (fusion.weighed_by_confidence written out)."""
+    scaled = [w * max(leg.values()) ** power for w, leg in zip(weights, z, strict=True)]
+    return [s * sum(weights) / sum(scaled) for s in scaled]
 
 
 def _chunk_bm25(retriever: Retriever, query: str = QUERY) -> dict[str, list[float]]:
@@ -160,7 +169,8 @@ def test_hybrid_fuses_a_short_query_by_its_rule(
     retriever = Retriever("hyb", db=db)
     hits = retriever.search(query, k=5)
     # A short query: zscore(whole-doc BM25, chunk BM25 lse@0.1, doc-mean cosine, best chunk
-    # cosine), 0.2 : 0.4 : 0.2 : 0.2, the lexical legs 0.3 : 0.3 for rare words
+    # cosine), 0.2 : 0.4 : 0.2 : 0.2, the lexical legs 0.3 : 0.3 for rare words, each weight
+    # scaled by its leg's confidence
     whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(query, 500, None)}
     assert (len(whole) < 5 / 2) is (weights[0] == 0.3)
     chunks = _chunk_bm25(retriever, query)
@@ -170,7 +180,9 @@ def test_hybrid_fuses_a_short_query_by_its_rule(
     keys = set(whole) | set(lse) | set(mean_cos)
     assert len(keys) == 5 and {h.doc_id for h in hits} == keys
     z = [_zscores(leg, keys) for leg in (whole, lse, mean_cos, best_cos)]
-    expected = {key: sum(w * leg[key] for w, leg in zip(weights, z, strict=True)) for key in keys}
+    # each weight then times its leg's confidence for the query to SHORT_RULE_CONFIDENCE
+    confident = _confident(weights, z, SHORT_RULE_CONFIDENCE)
+    expected = {key: sum(w * leg[key] for w, leg in zip(confident, z, strict=True)) for key in keys}
     # Best first, ties (the three identical other documents) by doc_id.
     assert [h.doc_id for h in hits] == sorted(keys, key=lambda key: (-expected[key], key))
     for rank, hit in enumerate(hits, start=1):
@@ -472,8 +484,8 @@ def test_a_key_term_list_ranks_the_judgment_that_holds_its_terms_throughout(
 ) -> None:
     """Catchphrases name a judgment's topics, spread through it: the document that holds every
     term across its paragraphs ranks above one whose single paragraph holds three of them. The
-    key-term rule z-scores whole-document BM25 and chunk BM25 (lse@0.1) and weighs them alike;
-    with chunk BM25 leading 2 : 1 the dense paragraph won."""
+    key-term rule z-scores whole-document BM25 and chunk BM25 (lse@0.1) and weighs them alike,
+    each then by its confidence; with chunk BM25 leading 2 : 1 the dense paragraph won."""
     root = tmp_path / "docs"
     root.mkdir()
     terms = ["coolant pump", "vibration", "night shift", "bearing"]
@@ -494,6 +506,7 @@ def test_a_key_term_list_ranks_the_judgment_that_holds_its_terms_throughout(
     assert max(chunks, key=chunks.__getitem__) == hits[1].doc_id  # best by its one paragraph
     keys = set(whole) | set(chunks)
     doc_z, chunk_z = _zscores(whole, keys), _zscores(chunks, keys)
+    doc_w, chunk_w = _confident((0.5, 0.5), [doc_z, chunk_z], TERM_LIST_CONFIDENCE)
     for hit in hits:
-        expected = 0.5 * doc_z[hit.doc_id] + 0.5 * chunk_z[hit.doc_id]
+        expected = doc_w * doc_z[hit.doc_id] + chunk_w * chunk_z[hit.doc_id]
         assert hit.score == pytest.approx(expected, rel=1e-6, abs=1e-9)

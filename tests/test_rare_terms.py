@@ -1,15 +1,27 @@
 """fusion.RareTerms on small score maps: a short hybrid query whose words whole-document BM25
 matched in under half the documents the doc-mean vector leg returned weighs the two lexical legs
 alike (0.3 : 0.3 instead of 0.2 : 0.4); otherwise, or without the vector leg, the rule is as
-before. The expected scores are z-scores written out by hand, not docsearch.fusion's."""
+before. The expected scores are z-scores written out by hand, not docsearch.fusion's. The rule's
+per-query confidence factor (tests/evaluation/test_confidence.py) scales whichever weights these
+are; the tests set it aside (RULE) but for one that checks it applies on top of them."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from docsearch.fusion import DOCUMENT_RULES, RARE_TERMS, TERM_LIST_RULE, RareTerms
+from docsearch.fusion import (
+    DOCUMENT_RULES,
+    RARE_TERMS,
+    SHORT_RULE_CONFIDENCE,
+    TERM_LIST_RULE,
+    RareTerms,
+    weighed_by_confidence,
+)
+
+RULE = replace(DOCUMENT_RULES["hybrid"], confidence=None)  # the weights before confidence
 
 DOCS = [f"d{i}" for i in range(10)]
 # The dense legs cannot tell d0 from d1; whole-document BM25 prefers d0, chunk BM25 d1.
@@ -49,7 +61,7 @@ def _order(scores: dict[str, float]) -> list[str]:
 
 def test_rare_words_weigh_the_lexical_legs_alike() -> None:
     legs = _legs(RARE)
-    fused = DOCUMENT_RULES["hybrid"](legs)
+    fused = RULE(legs)
     even = {"doc_lexical": 0.3, "lexical": 0.3, "doc_dense": 0.2, "dense": 0.2}
     expected = _by_hand(legs, even)
     assert fused == pytest.approx(expected, rel=1e-9, abs=1e-12)
@@ -57,11 +69,16 @@ def test_rare_words_weigh_the_lexical_legs_alike() -> None:
     assert _order(fused)[:2] == ["d0", "d1"]
     before = _by_hand(legs, {"doc_lexical": 0.2, "lexical": 0.4, "doc_dense": 0.2, "dense": 0.2})
     assert _order(before)[:2] == ["d1", "d0"]
+    # the shipped rule scales the rare-terms weights by each leg's confidence for the query
+    confident = weighed_by_confidence(legs, even, SHORT_RULE_CONFIDENCE)
+    assert confident != pytest.approx(even)
+    shipped = DOCUMENT_RULES["hybrid"](legs)
+    assert shipped == pytest.approx(_by_hand(legs, confident), rel=1e-9, abs=1e-12)
 
 
 def test_common_words_keep_the_short_rule() -> None:
     legs = _legs(COMMON)
-    fused = DOCUMENT_RULES["hybrid"](legs)
+    fused = RULE(legs)
     weights = {"doc_lexical": 0.2, "lexical": 0.4, "doc_dense": 0.2, "dense": 0.2}
     assert fused == pytest.approx(_by_hand(legs, weights), rel=1e-9, abs=1e-12)
     assert _order(fused)[:2] == ["d1", "d0"]
@@ -88,7 +105,7 @@ def test_without_the_dense_legs_the_lexical_legs_keep_their_ratio() -> None:
     """A hybrid search whose dense legs are missing has no vector leg to count by; the lexical
     legs rank as they did (and key terms, whose rule weighs no dense leg, never change)."""
     legs = {"doc_lexical": RARE, "lexical": CHUNK_BM25}
-    fused = DOCUMENT_RULES["hybrid"](legs)
+    fused = RULE(legs)
     assert fused == pytest.approx(_by_hand(legs, {"doc_lexical": 0.2, "lexical": 0.4}))
     assert TERM_LIST_RULE.rare is None
     assert DOCUMENT_RULES["lexical"].rare is None and DOCUMENT_RULES["vector"].rare is None

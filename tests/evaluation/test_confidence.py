@@ -1,0 +1,90 @@
+"""Legs weighed by their confidence for the query (`Fusion.confidence`), recomputed by hand with
+the statistics module: how far a leg's best candidate stands out, the weights it gives, and the
+shipped rules that use it (the key-term rule and the short hybrid rule)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from docsearch.fusion import (
+    DOCUMENT_RULES,
+    SHORT_RULE_CONFIDENCE,
+    TERM_LIST_CONFIDENCE,
+    TERM_LIST_RULE,
+    confidence,
+    weighed_by_confidence,
+)
+
+OTHERS = [f"d{i}" for i in range(8)]
+
+
+def z_scores(scores: dict[str, float]) -> dict[str, float]:
+    mean, sd = statistics.fmean(scores.values()), statistics.pstdev(scores.values())
+    return {key: (s - mean) / sd for key, s in scores.items()}
+
+
+def by_hand(legs: dict[str, dict[str, float]], weights: dict[str, float], power: float) -> dict:
+    """The fused z-scores with each weight times its leg's best z to `power`, scaled to the
+    weights' total (every leg here returns every key)."""
+    scaled = {leg: w * max(z_scores(legs[leg]).values()) ** power for leg, w in weights.items()}
+    total = sum(weights.values()) / sum(scaled.values())
+    keys = legs[next(iter(legs))]
+    return {k: sum(total * scaled[leg] * z_scores(legs[leg])[k] for leg in weights) for k in keys}
+
+
+def test_confidence_is_how_far_the_best_candidate_stands_out() -> None:
+    # mean 1.5, population sd sqrt(0.75): the best stands 1.5 / 0.866 = sqrt(3) sd out
+    assert confidence({"a": 3.0, "b": 1.0, "c": 1.0, "d": 1.0}) == pytest.approx(3**0.5)
+    # a leg that cannot tell its candidates apart is no evidence for any of them
+    assert confidence({"a": 2.0, "b": 2.0}) == 0.0
+    assert confidence({"a": 5.0}) == 0.0
+    assert confidence({}) == 0.0
+
+
+def test_weights_follow_confidence_and_keep_their_total() -> None:
+    legs = {"sure": {"a": 9.0, "b": 1.0, "c": 1.0, "d": 1.0}, "unsure": {"a": 2.0, "b": 1.0}}
+    got = weighed_by_confidence(legs, {"sure": 0.3, "unsure": 0.3}, 2.0)
+    # confidences sqrt(3) and 1: squared 3 : 1, the total 0.6 kept
+    assert got == pytest.approx({"sure": 0.45, "unsure": 0.15})
+    # an undecided leg drops out; where no leg decides, the weights stand
+    assert weighed_by_confidence(
+        {"flat": {"a": 1.0, "b": 1.0}, "sure": legs["sure"]}, {"flat": 0.5, "sure": 0.5}, 1.0
+    ) == pytest.approx({"flat": 0.0, "sure": 1.0})
+    flat = {"one": {"a": 1.0}, "two": {"a": 3.0, "b": 3.0}}
+    assert weighed_by_confidence(flat, {"one": 0.2, "two": 0.8}, 1.5) == {"one": 0.2, "two": 0.8}
+
+
+def test_the_key_term_rule_follows_the_leg_that_picks_one_document() -> None:
+    """Whole-document BM25 puts x far above the rest; chunk BM25 finds passages in every
+    candidate and y's best a little ahead of x's (a judgment that uses a few of the terms
+    together). Weighed alike, y wins; weighed by confidence, the decisive leg's x does."""
+    legs = {
+        "doc_lexical": {**dict.fromkeys(OTHERS, 1.0), "x": 10.0, "y": 6.0},
+        "lexical": {**{d: 4.0 + 0.25 * i for i, d in enumerate(OTHERS)}, "x": 5.0, "y": 6.0},
+    }
+    fused = TERM_LIST_RULE(legs)
+    assert fused == pytest.approx(by_hand(legs, TERM_LIST_RULE.weights, TERM_LIST_CONFIDENCE))
+    assert max(fused, key=fused.__getitem__) == "x"
+    alike = replace(TERM_LIST_RULE, confidence=None)(legs)
+    assert max(alike, key=alike.__getitem__) == "y"
+
+
+def test_the_short_rule_gives_a_less_decisive_dense_side_less_weight() -> None:
+    legs = {
+        "doc_lexical": {**{d: 1.0 + 0.1 * i for i, d in enumerate(OTHERS)}, "x": 6.0, "y": 3.0},
+        "lexical": {**{d: 2.0 + 0.1 * i for i, d in enumerate(OTHERS)}, "x": 4.0, "y": 3.0},
+        "doc_dense": {**{d: 0.30 + 0.01 * i for i, d in enumerate(OTHERS)}, "x": 0.32, "y": 0.4},
+        "dense": {**{d: 0.30 + 0.01 * i for i, d in enumerate(OTHERS)}, "x": 0.32, "y": 0.4},
+    }
+    rule = DOCUMENT_RULES["hybrid"]
+    assert rule.confidence == SHORT_RULE_CONFIDENCE
+    assert not rule.rare or not rule.rare.holds(legs)  # the rule's own weights, not rare terms'
+    fused = rule(legs)
+    assert fused == pytest.approx(by_hand(legs, rule.weights, SHORT_RULE_CONFIDENCE))
+    # the dense legs (best 2.07 sd out) count for less than their 0.4, the lexical (2.6-2.8) more
+    weights = weighed_by_confidence(legs, rule.weights, SHORT_RULE_CONFIDENCE)
+    assert weights["doc_dense"] + weights["dense"] < 0.4 - 1e-3
+    assert sum(weights.values()) == pytest.approx(1.0)
