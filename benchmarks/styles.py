@@ -54,11 +54,15 @@ from docsearch.common_words import common_words  # noqa: E402
 from docsearch.corpora.beir import CorpusDoc, RetrievalSet, load_beir  # noqa: E402
 from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
 from docsearch.fusion import (  # noqa: E402
+    BARE_WORDS_CONFIDENCE,
     DOCUMENT_RULES,
+    KEY_TERMS,
     LONG_QUERY_WORDS,
+    PLAIN,
     SHORT_RULE_CONFIDENCE,
     TERM_LIST_CONFIDENCE,
     TERM_LIST_RULE,
+    WORDS,
     Fusion,
     aggregate,
     blend,
@@ -66,6 +70,7 @@ from docsearch.fusion import (  # noqa: E402
     document_rule,
     is_key_terms,
     is_term_list,
+    query_form,
 )
 from docsearch.indexer.filters import ChunkFilter  # noqa: E402
 from docsearch.query import ParsedQuery, clean_query  # noqa: E402
@@ -795,15 +800,15 @@ def rare_terms(share: float, doc_lexical: float, lexical: float) -> Any:
     return evidence(rare_change(share, doc_lexical, lexical))
 
 
-def by_confidence(key_terms: float, other: float) -> Any:
+def by_confidence(powers: dict[str, float]) -> Any:
     """The rare-terms rule (fusion.RARE_TERMS), then each weight times its leg's confidence to
-    the power `key_terms` for key terms, `other` for other short queries, the total kept
-    (fusion.weighed_by_confidence; the rules of 2026-12-07, styles_terms.md)."""
+    the power `powers` gives the query's form (fusion.query_form: key terms, bare words, plain),
+    the total kept (fusion.weighed_by_confidence; the rules of 2026-12-07, styles_terms.md)."""
     rare = rare_change(0.5, 0.3, 0.3)
 
     def change(row: Row, weights: np.ndarray) -> np.ndarray:
         weights = rare(row, weights)
-        power = key_terms if is_key_terms(row.text) else other
+        power = powers[query_form(row.text)]
         sure = np.array([row.feats[f"confidence {leg}"] for leg in HYBRID_LEGS])
         scaled = weights * sure**power
         total = scaled.sum()
@@ -826,11 +831,16 @@ RARE = {
 ATTEMPTS |= RARE
 # fusion.document_rule: is_key_terms, TERM_LIST_RULE, DOCUMENT_RULES["hybrid"]'s RareTerms, each
 # rule's confidence power (chosen by styles_terms.py)
+POWERS = {
+    KEY_TERMS: TERM_LIST_CONFIDENCE,
+    WORDS: BARE_WORDS_CONFIDENCE,
+    PLAIN: SHORT_RULE_CONFIDENCE,
+}
 SHIPPED = (
     f"rare terms, then legs x confidence^{TERM_LIST_CONFIDENCE} (key terms) / "
-    f"^{SHORT_RULE_CONFIDENCE} (other short queries)"
+    f"^{BARE_WORDS_CONFIDENCE} (bare words) / ^{SHORT_RULE_CONFIDENCE} (other short queries)"
 )
-ATTEMPTS[SHIPPED] = by_confidence(TERM_LIST_CONFIDENCE, SHORT_RULE_CONFIDENCE)
+ATTEMPTS[SHIPPED] = by_confidence(POWERS)
 MAIN = "lists d=0.0"  # the rule before the no-stop-word trigger: comma lists only
 
 
@@ -993,7 +1003,8 @@ def markdown(payload: dict[str, Any], command: str) -> str:
         "short query of key terms, fusion.is_key_terms: a list, or 6+ words without a stop "
         "word but an 'of' inside a term, by TERM_LIST_RULE; another short query whose words whole-document BM25 matched "
         "in under half the documents the doc-vector leg returned with the lexical legs 0.3 : "
-        "0.3, fusion.RARE_TERMS; each leg's weight then times its confidence for the query, "
+        "0.3, fusion.RARE_TERMS; 2-5 words without a stop word, fusion.is_bare_words, by "
+        "BARE_WORDS_RULE; each leg's weight then times its confidence for the query, "
         f"fusion.Fusion.confidence: `{SHIPPED}`). All through docsearch.fusion over legs "
         "searched once through the real store.",
         f"- fast path (blend-normalised legs, weighted sums) against the product's Fusion: "

@@ -12,6 +12,8 @@ legs as styles.rule_legs hands them), one rule per attempt:
   the chunk leg's aggregator, the normalisation, or a dense share;
 - `plain:` attempts weigh the short rule's four legs by their confidence for other short queries
   (the dense side's share falling where its best match is less decisive than the lexical one's);
+- `words:` attempts change how bare words (fusion.is_bare_words: a search box's words, not key
+  terms) are ranked: the short rule's confidence power, or as key terms;
 - `joined:` attempts widen what counts as key terms (fusion.is_key_terms) to queries whose only
   stop words are joiners standing between two content words, as in "burden of proof".
 Each is judged as styles.py judges: per set x style cell, the margin over max(lexical mode,
@@ -44,9 +46,12 @@ from docsearch.fusion import (  # noqa: E402
     LONG,
     LONG_QUERY_WORDS,
     PLAIN,
+    SHORT_RULE_CONFIDENCE,
     TERM_LIST_RULE,
+    WORDS,
     Fusion,
     form_rule,
+    is_bare_words,
     is_key_terms,
 )
 from docsearch.text import STOPWORDS, WORD  # noqa: E402
@@ -78,19 +83,23 @@ def joined_terms(joiners: frozenset[str], max_share: float, words: int = 6) -> T
 
 
 def by_form(
-    trigger: Trigger, key_rule: Fusion = TERM_LIST_RULE, plain_rule: Fusion | None = None
+    trigger: Trigger,
+    key_rule: Fusion = TERM_LIST_RULE,
+    plain_rule: Fusion | None = None,
+    words_rule: Fusion | None = None,
 ) -> RuleOf:
     """The hybrid rule as fusion.form_rule picks it, key terms being `trigger`'s or
-    fusion.is_key_terms', ranked by `key_rule`, other short queries by `plain_rule` (default
-    the shipped short rule)."""
+    fusion.is_key_terms', ranked by `key_rule`, bare words (fusion.is_bare_words) by
+    `words_rule` and other short queries by `plain_rule` (defaults: the shipped rules)."""
     plain = plain_rule or form_rule("hybrid", PLAIN)
+    words = words_rule or form_rule("hybrid", WORDS)
 
     def rule(text: str) -> Fusion:
         if len(text.split()) >= LONG_QUERY_WORDS:
             return form_rule("hybrid", LONG)
         if is_key_terms(text) or trigger(text):
             return key_rule
-        return plain
+        return words if is_bare_words(text) else plain
 
     return rule
 
@@ -162,14 +171,19 @@ def attempts() -> dict[str, RuleOf]:
     out: dict[str, RuleOf] = {SHIPPED: by_form(never)}
     out |= {name: by_form(never, rule) for name, rule in key_rules().items()}
     short = form_rule("hybrid", PLAIN)
+    bare = replace(short, confidence=None)
     out["before confidence: the rules of 2026-12-07 (ea1a911)"] = by_form(
-        never, replace(TERM_LIST_RULE, confidence=None), replace(short, confidence=None)
+        never, replace(TERM_LIST_RULE, confidence=None), bare, bare
     )
     for power in (None, 0.5, 1.0, 2.0):
         how = f"each leg x its confidence^{power}" if power else "no confidence"
         out[f"plain: the short rule, {how}"] = by_form(
             never, plain_rule=replace(short, confidence=power)
         )
+    for power in (SHORT_RULE_CONFIDENCE, 0.5, 1.25, 1.5, 2.0, 3.0):
+        name = f"words: bare words, each leg x its confidence^{power}"
+        out[name] = by_form(never, words_rule=replace(short, confidence=power))
+    out["words: bare words as key terms"] = by_form(is_bare_words)
     out["boolean: terms joined by AND / OR are key terms"] = by_form(boolean_terms)
     for label, joiners in (
         ("of", OF),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from docsearch.text import STOPWORDS, WORD
 
@@ -247,10 +247,11 @@ RARE_TERMS = RareTerms(0.5, {"doc_lexical": 0.3, "lexical": 0.3})
 # that do. Where MiniLM is weak (the legal key-term lists' first words, typed into a search box)
 # its best doc-mean match stands ~3 sd out against whole-document BM25's ~5.5; on scifact's
 # claims both stand ~6-9 out. Chosen on the query-style suite's tuning split together with the
-# key-term rule's power (benchmarks/styles_terms.py, results/styles_terms.md): the pair that cuts
-# the cells' shortfall below the bar most (-0.808 -> -0.619) among those that cost no cell more
-# than 0.015 (qmsum/summary2meeting first words -0.0149, at that bound) and the original queries
-# no more than 0.005 (-0.0002); a square root cut more (-0.574) but cost that cell 0.0153.
+# key-term rule's power (benchmarks/styles_terms.py, results/styles_terms_choice.md): the pair
+# that cuts the cells' shortfall below the bar most (-0.808 -> -0.619) among those that cost no
+# cell more than 0.015 (qmsum/summary2meeting first words -0.0149, at that bound) and the
+# original queries no more than 0.005 (-0.0002); a square root cut more (-0.574) but cost that
+# cell 0.0153. Bare words take a stronger power (BARE_WORDS_RULE).
 SHORT_RULE_CONFIDENCE = 0.25
 DOCUMENT_RULES = {
     "lexical": Fusion(
@@ -357,24 +358,48 @@ def is_key_terms(query: str) -> bool:
     return is_term_list(query) or is_keyword_query(query)
 
 
+def is_bare_words(query: str) -> bool:
+    """Whether `query` is two or more words and none of them a stop word (what a search box
+    gets: "capital gains agricultural land", "Improved Statistical Alignment Models")."""
+    words = WORD.findall(query)
+    return len(query.split()) >= 2 and not any(w.lower() in STOPWORDS for w in words)
+
+
+# A short query of bare words that are not key terms (two to five words without a stop word:
+# typed into a search box) weighs the four legs by their confidence to the power 1, not
+# SHORT_RULE_CONFIDENCE: such words carry no sentence for the dense side to read, and where it
+# is weak (the legal lists' first words: vector mode 0.13-0.34 against 0.80-0.96 lexical) its best
+# match stands out less than the lexical legs'. Chosen on the query-style suite's tuning split
+# (benchmarks/styles_terms.py, results/styles_terms.md) as the power that cuts the shortfall most
+# (-0.619 -> -0.555) without costing a cell more than 0.015 (1.25 cost cuad's first words 0.0207);
+# no original query of the shared sets is such words (none moved). On test -0.457 -> -0.370.
+BARE_WORDS_CONFIDENCE = 1.0
+BARE_WORDS_RULE = replace(DOCUMENT_RULES["hybrid"], confidence=BARE_WORDS_CONFIDENCE)
+
 # The forms of a query the document rules tell apart (`query_form`).
-LONG, KEY_TERMS, PLAIN = "long", "key-terms", "plain"
+LONG, KEY_TERMS, WORDS, PLAIN = "long", "key-terms", "words", "plain"
 
 
 def query_form(query: str) -> str:
-    """LONG (LONG_QUERY_WORDS or more words), KEY_TERMS (is_key_terms) or PLAIN."""
+    """LONG (LONG_QUERY_WORDS or more words), KEY_TERMS (is_key_terms), WORDS (is_bare_words)
+    or PLAIN."""
     if len(query.split()) >= LONG_QUERY_WORDS:
         return LONG
-    return KEY_TERMS if is_key_terms(query) else PLAIN
+    if is_key_terms(query):
+        return KEY_TERMS
+    return WORDS if is_bare_words(query) else PLAIN
 
 
 def form_rule(mode: str, form: str) -> Fusion:
     """The document rule `mode` ranks a query of `form` (`query_form`) by: DOCUMENT_RULES; in
-    hybrid, a long query the lexical rule, a short query of key terms TERM_LIST_RULE."""
+    hybrid, a long query the lexical rule, a short query of key terms TERM_LIST_RULE, bare
+    words BARE_WORDS_RULE."""
     if mode == "hybrid" and form == LONG:
         return DOCUMENT_RULES["lexical"]
     if mode == "hybrid" and form == KEY_TERMS:
         return TERM_LIST_RULE
+    if mode == "hybrid" and form == WORDS:
+        return BARE_WORDS_RULE
     return DOCUMENT_RULES[mode]
 
 

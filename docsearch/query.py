@@ -9,7 +9,8 @@ lift and every snippet read its fields instead of working them out again:
     stems        its content words' Snowball stems (snippets mark them)
     identifiers  its identifier-like tokens ("7.2(a)", "ISO 13485:2016"), matched verbatim
     instruments  the numbered instruments it names ("Amendment No. 3"; `docsearch.instruments`)
-    form         long / key-terms / plain (`fusion.query_form`): what the document rule reads
+    form         long / key-terms / words / plain (`fusion.query_form`): what the document
+                 rule reads
 Not here: the search itself (`docsearch.retriever`), the words and stems (`docsearch.text`).
 """
 

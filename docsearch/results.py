@@ -8,7 +8,8 @@ legs alone (a long query, a list of key terms: `fusion.document_rule`) still rep
 since hybrid chose that rule for it; `rule` names the rule that ranked:
 
     hybrid / lexical / vector  the mode's own rule (fusion.DOCUMENT_RULES; query by document:
-                               fusion.SIMILAR_RULES)
+                               fusion.SIMILAR_RULES); in hybrid, bare words' too
+                               (fusion.BARE_WORDS_RULE: the same legs and weights)
     long-query                 a hybrid query of fusion.LONG_QUERY_WORDS or more: the lexical rule
     key-terms                  a short hybrid query of key terms: fusion.TERM_LIST_RULE
     chunk                      documents as their best chunk in each leg (no document leg could
@@ -23,7 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, SIMILAR_RULES, TERM_LIST_RULE, Fusion
+from docsearch.fusion import (
+    BARE_WORDS_RULE,
+    CHUNK_FUSION,
+    DOCUMENT_RULES,
+    SIMILAR_RULES,
+    TERM_LIST_RULE,
+    Fusion,
+)
 
 if TYPE_CHECKING:
     from docsearch.hits import Hit
@@ -53,6 +61,8 @@ def rule_name(rule: Fusion, mode: str) -> str:
         return "key-terms"
     if mode == "hybrid" and rule is DOCUMENT_RULES["lexical"]:
         return "long-query"
+    if rule is BARE_WORDS_RULE:
+        return "hybrid"
     if rule is DOCUMENT_RULES.get(mode) or rule is SIMILAR_RULES.get(mode):
         return mode
     return "custom"

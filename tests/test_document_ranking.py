@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from docsearch.fusion import (
+    BARE_WORDS_CONFIDENCE,
     LONG_QUERY_WORDS,
     SHORT_RULE_CONFIDENCE,
     TERM_LIST_CONFIDENCE,
@@ -154,16 +155,17 @@ def _cosines(retriever: Retriever, text: str = QUERY) -> tuple[dict[str, float],
 
 
 @pytest.mark.parametrize(
-    ("query", "weights"),
+    ("query", "weights", "power"),
     [
         # Whole-document BM25 (which keeps stop words) matches all five documents.
-        (f"the {QUERY}", (0.2, 0.4, 0.2, 0.2)),
-        # Rare words: two of the five documents hold them (fusion.RareTerms).
-        (QUERY, (0.3, 0.3, 0.2, 0.2)),
+        (f"the {QUERY}", (0.2, 0.4, 0.2, 0.2), SHORT_RULE_CONFIDENCE),
+        # Rare words: two of the five documents hold them (fusion.RareTerms); bare words, so
+        # weighed by their confidence more strongly (fusion.BARE_WORDS_RULE)
+        (QUERY, (0.3, 0.3, 0.2, 0.2), BARE_WORDS_CONFIDENCE),
     ],
 )
 def test_hybrid_fuses_a_short_query_by_its_rule(
-    corpus: tuple[str, Path], query: str, weights: tuple[float, ...]
+    corpus: tuple[str, Path], query: str, weights: tuple[float, ...], power: float
 ) -> None:
     db, _ = corpus
     retriever = Retriever("hyb", db=db)
@@ -180,8 +182,8 @@ def test_hybrid_fuses_a_short_query_by_its_rule(
     keys = set(whole) | set(lse) | set(mean_cos)
     assert len(keys) == 5 and {h.doc_id for h in hits} == keys
     z = [_zscores(leg, keys) for leg in (whole, lse, mean_cos, best_cos)]
-    # each weight then times its leg's confidence for the query to SHORT_RULE_CONFIDENCE
-    confident = _confident(weights, z, SHORT_RULE_CONFIDENCE)
+    # each weight then times its leg's confidence for the query to the form's power
+    confident = _confident(weights, z, power)
     expected = {key: sum(w * leg[key] for w, leg in zip(confident, z, strict=True)) for key in keys}
     # Best first, ties (the three identical other documents) by doc_id.
     assert [h.doc_id for h in hits] == sorted(keys, key=lambda key: (-expected[key], key))

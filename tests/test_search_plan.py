@@ -12,7 +12,7 @@ import pytest
 
 from docsearch import query as query_module
 from docsearch import snippets
-from docsearch.fusion import CHUNK_FUSION, DOCUMENT_RULES, TERM_LIST_RULE, Fusion
+from docsearch.fusion import BARE_WORDS_RULE, CHUNK_FUSION, DOCUMENT_RULES, TERM_LIST_RULE, Fusion
 from docsearch.query import ParsedQuery
 from docsearch.retriever import Retriever
 from docsearch.search_plan import SearchPlan
@@ -34,7 +34,8 @@ def plan(text: str, mode: str, documents: bool = True, **given: Any) -> SearchPl
 @pytest.mark.parametrize(
     ("text", "mode", "documents", "rule", "bm25", "phrases", "encode", "whole"),
     [
-        ("supplier confidential information", "hybrid", True, "hybrid", True, False, True, True),
+        ("the supplier's confidential information", "hybrid", True, "hybrid", 1, 0, 1, 1),
+        ("supplier confidential information", "hybrid", True, "words", True, False, True, True),
         (LONG, "hybrid", True, "lexical", True, False, False, True),
         ("pumps, infusion sets, patient safety", "hybrid", True, "key-terms", 1, 0, 0, 1),
         ("notice under Section 7.2(a)", "lexical", False, None, True, True, False, False),
@@ -53,7 +54,7 @@ def test_the_plan_says_which_legs_run(
     whole: bool,
 ) -> None:
     made = plan(text, mode, documents)
-    rules = {"key-terms": TERM_LIST_RULE, None: None} | DOCUMENT_RULES
+    rules = {"key-terms": TERM_LIST_RULE, "words": BARE_WORDS_RULE, None: None} | DOCUMENT_RULES
     assert made.rule is rules[rule]
     assert (made.bm25, made.phrases, made.encode, made.whole_bm25) == (
         bool(bm25),

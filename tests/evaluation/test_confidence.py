@@ -10,13 +10,18 @@ from dataclasses import replace
 import pytest
 
 from docsearch.fusion import (
+    BARE_WORDS_CONFIDENCE,
+    BARE_WORDS_RULE,
     DOCUMENT_RULES,
     SHORT_RULE_CONFIDENCE,
     TERM_LIST_CONFIDENCE,
     TERM_LIST_RULE,
     confidence,
+    document_rule,
+    is_bare_words,
     weighed_by_confidence,
 )
+from docsearch.results import rule_name
 
 OTHERS = [f"d{i}" for i in range(8)]
 
@@ -88,3 +93,43 @@ def test_the_short_rule_gives_a_less_decisive_dense_side_less_weight() -> None:
     weights = weighed_by_confidence(legs, rule.weights, SHORT_RULE_CONFIDENCE)
     assert weights["doc_dense"] + weights["dense"] < 0.4 - 1e-3
     assert sum(weights.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("query", "rule"),
+    [
+        ("capital gains agricultural land", BARE_WORDS_RULE),  # a search box's words
+        ("Improved Statistical Alignment Models", BARE_WORDS_RULE),
+        ("COVID-19 vaccine efficacy", BARE_WORDS_RULE),
+        ("pump", DOCUMENT_RULES["hybrid"]),  # one word: not measured as bare words
+        ("the coolant pump", DOCUMENT_RULES["hybrid"]),  # a stop word: plain
+        ("what is res judicata", DOCUMENT_RULES["hybrid"]),
+        ("capital gains agricultural land income tax exemption", TERM_LIST_RULE),  # key terms
+        ("capital gains, transfer, agricultural land", TERM_LIST_RULE),
+    ],
+)
+def test_bare_words_weigh_their_legs_by_confidence_more_strongly(query: str, rule: object) -> None:
+    assert document_rule("hybrid", query) is rule
+    # key terms are bare words too (six or more, or a list), but their own rule comes first
+    assert is_bare_words(query) is (rule is not DOCUMENT_RULES["hybrid"])
+    assert document_rule("lexical", query) is DOCUMENT_RULES["lexical"]
+
+
+def test_the_bare_words_rule_is_the_short_rule_with_a_stronger_power() -> None:
+    """The same legs, weights and rare-terms switch; only the confidence power differs, so a
+    search reports it as the hybrid rule."""
+    short = DOCUMENT_RULES["hybrid"]
+    assert replace(BARE_WORDS_RULE, confidence=short.confidence) == short
+    assert BARE_WORDS_RULE.confidence == BARE_WORDS_CONFIDENCE > SHORT_RULE_CONFIDENCE
+    assert rule_name(BARE_WORDS_RULE, "hybrid") == "hybrid"
+    legs = {
+        "doc_lexical": {**dict.fromkeys(OTHERS, 1.0), "x": 9.0, "y": 1.5},
+        "lexical": {**dict.fromkeys(OTHERS, 1.0), "x": 6.0, "y": 2.0},
+        "doc_dense": {**{d: 0.3 + 0.01 * i for i, d in enumerate(OTHERS)}, "x": 0.3, "y": 0.4},
+        "dense": {**{d: 0.3 + 0.01 * i for i, d in enumerate(OTHERS)}, "x": 0.3, "y": 0.4},
+    }
+    strong = weighed_by_confidence(legs, short.weights, BARE_WORDS_CONFIDENCE)
+    gentle = weighed_by_confidence(legs, short.weights, SHORT_RULE_CONFIDENCE)
+    # the dense legs stand out less than whole-document BM25: the stronger power cuts them more
+    assert strong["dense"] < gentle["dense"] < short.weights["dense"]
+    assert BARE_WORDS_RULE(legs) == pytest.approx(by_hand(legs, short.weights, 1.0))
