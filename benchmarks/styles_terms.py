@@ -167,6 +167,19 @@ def boolean_terms(text: str) -> bool:
     return len(terms) >= fusion.TERM_LIST_PARTS and all(len(t) <= fusion.TERM_WORDS for t in terms)
 
 
+def operators_as_stop_words(shipped: RuleOf, plain: Fusion) -> RuleOf:
+    """`shipped`, but bare words joined by AND / OR / NOT in capitals ranked by `plain`, as
+    before fusion.is_bare_words read those as operators."""
+
+    def rule(text: str) -> Fusion:
+        got = shipped(text)
+        if got is form_rule("hybrid", WORDS) and re.search(r"\b(?:AND|OR|NOT)\b", text):
+            return plain
+        return got
+
+    return rule
+
+
 def attempts() -> dict[str, RuleOf]:
     out: dict[str, RuleOf] = {SHIPPED: by_form(never)}
     out |= {name: by_form(never, rule) for name, rule in key_rules().items()}
@@ -184,6 +197,9 @@ def attempts() -> dict[str, RuleOf]:
         name = f"words: bare words, each leg x its confidence^{power}"
         out[name] = by_form(never, words_rule=replace(short, confidence=power))
     out["words: bare words as key terms"] = by_form(is_bare_words)
+    out["words: search-box operators as stop words (the rule before)"] = operators_as_stop_words(
+        by_form(never), short
+    )
     out["boolean: terms joined by AND / OR are key terms"] = by_form(boolean_terms)
     for label, joiners in (
         ("of", OF),

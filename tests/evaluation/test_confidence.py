@@ -101,6 +101,8 @@ def test_the_short_rule_gives_a_less_decisive_dense_side_less_weight() -> None:
         ("capital gains agricultural land", BARE_WORDS_RULE),  # a search box's words
         ("Improved Statistical Alignment Models", BARE_WORDS_RULE),
         ("COVID-19 vaccine efficacy", BARE_WORDS_RULE),
+        ("income AND (capital gains OR transfer)", BARE_WORDS_RULE),  # operators join words
+        ("income and capital gains", DOCUMENT_RULES["hybrid"]),  # "and" in a sentence
         ("pump", DOCUMENT_RULES["hybrid"]),  # one word: not measured as bare words
         ("the coolant pump", DOCUMENT_RULES["hybrid"]),  # a stop word: plain
         ("what is res judicata", DOCUMENT_RULES["hybrid"]),
