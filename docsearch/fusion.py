@@ -373,10 +373,9 @@ def is_bare_words(query: str) -> bool:
 
 # A short query of bare words that are not key terms (two to five words without a stop word, or
 # words joined by search-box operators: typed into a search box) weighs the four legs by their
-# confidence to the power 1, not
-# SHORT_RULE_CONFIDENCE: such words carry no sentence for the dense side to read, and where it
-# is weak (the legal lists' first words: vector mode 0.13-0.34 against 0.80-0.96 lexical) its best
-# match stands out less than the lexical legs'. Chosen on the query-style suite's tuning split
+# confidence to the power 1, not SHORT_RULE_CONFIDENCE: such words carry no sentence for the
+# dense side to read, and where it is weak (the legal lists' first words: vector mode 0.13-0.34
+# against 0.80-0.93 lexical) its best match stands out less than the lexical legs'. Chosen on the query-style suite's tuning split
 # (benchmarks/styles_terms.py, results/styles_terms.md) as the power that cuts the shortfall most
 # (-0.619 -> -0.555) without costing a cell more than 0.015 (1.25 cost cuad's first words 0.0207);
 # no original query of the shared sets is such words (none moved). On test -0.457 -> -0.370.
