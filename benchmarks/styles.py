@@ -71,6 +71,7 @@ from docsearch.fusion import (  # noqa: E402
     is_key_terms,
     is_term_list,
     query_form,
+    scaled_by,
 )
 from docsearch.indexer.filters import ChunkFilter  # noqa: E402
 from docsearch.query import ParsedQuery, clean_query  # noqa: E402
@@ -803,16 +804,15 @@ def rare_terms(share: float, doc_lexical: float, lexical: float) -> Any:
 def by_confidence(powers: dict[str, float]) -> Any:
     """The rare-terms rule (fusion.RARE_TERMS), then each weight times its leg's confidence to
     the power `powers` gives the query's form (fusion.query_form: key terms, bare words, plain),
-    the total kept (fusion.weighed_by_confidence; the rules of 2026-12-07, styles_terms.md)."""
+    the total kept (fusion.scaled_by, as the product's Fusion.confidence; styles_terms.md)."""
     rare = rare_change(0.5, 0.3, 0.3)
 
     def change(row: Row, weights: np.ndarray) -> np.ndarray:
         weights = rare(row, weights)
-        power = powers[query_form(row.text)]
-        sure = np.array([row.feats[f"confidence {leg}"] for leg in HYBRID_LEGS])
-        scaled = weights * sure**power
-        total = scaled.sum()
-        return scaled * (weights.sum() / total) if total > 0 else weights
+        sure = {leg: row.feats[f"confidence {leg}"] for leg in HYBRID_LEGS}
+        given = dict(zip(HYBRID_LEGS, weights, strict=True))
+        named = scaled_by(given, sure, powers[query_form(row.text)])
+        return np.array([named[leg] for leg in HYBRID_LEGS])
 
     return evidence(change)
 

@@ -46,6 +46,7 @@ from docsearch.fusion import (  # noqa: E402
     LONG,
     LONG_QUERY_WORDS,
     PLAIN,
+    SEARCH_OPERATORS,
     SHORT_RULE_CONFIDENCE,
     TERM_LIST_RULE,
     WORDS,
@@ -173,7 +174,7 @@ def operators_as_stop_words(shipped: RuleOf, plain: Fusion) -> RuleOf:
 
     def rule(text: str) -> Fusion:
         got = shipped(text)
-        if got is form_rule("hybrid", WORDS) and re.search(r"\b(?:AND|OR|NOT)\b", text):
+        if got is form_rule("hybrid", WORDS) and SEARCH_OPERATORS.search(text):
             return plain
         return got
 
@@ -184,9 +185,9 @@ def attempts() -> dict[str, RuleOf]:
     out: dict[str, RuleOf] = {SHIPPED: by_form(never)}
     out |= {name: by_form(never, rule) for name, rule in key_rules().items()}
     short = form_rule("hybrid", PLAIN)
-    bare = replace(short, confidence=None)
+    unweighed = replace(short, confidence=None)
     out["before confidence: the rules of 2026-12-07 (ea1a911)"] = by_form(
-        never, replace(TERM_LIST_RULE, confidence=None), bare, bare
+        never, replace(TERM_LIST_RULE, confidence=None), unweighed, unweighed
     )
     for power in (None, 0.5, 1.0, 2.0):
         how = f"each leg x its confidence^{power}" if power else "no confidence"

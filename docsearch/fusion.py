@@ -128,16 +128,24 @@ def confidence(scores: Scores) -> float:
     return (max(values) - mean) / std if std else 0.0
 
 
-def weighed_by_confidence(
-    legs: Mapping[str, Scores], weights: Mapping[str, float], power: float
+def scaled_by(
+    weights: Mapping[str, float], confidences: Mapping[str, float], power: float
 ) -> dict[str, float]:
-    """`weights` each times its leg's `confidence` to `power`, scaled back to their total so a
-    fused score keeps its range; `weights` unchanged where no leg can tell its candidates apart."""
-    scaled = {leg: w * confidence(legs[leg]) ** power for leg, w in weights.items()}
+    """`weights` each times its leg's confidence to `power`, scaled back to their total so a
+    fused score keeps its range; `weights` unchanged where every confidence is 0."""
+    scaled = {leg: w * confidences[leg] ** power for leg, w in weights.items()}
     total = math.fsum(scaled.values())
     if total <= 0:
         return dict(weights)
-    return {leg: w * math.fsum(weights.values()) / total for leg, w in scaled.items()}
+    factor = math.fsum(weights.values()) / total
+    return {leg: w * factor for leg, w in scaled.items()}
+
+
+def weighed_by_confidence(
+    legs: Mapping[str, Scores], weights: Mapping[str, float], power: float
+) -> dict[str, float]:
+    """`weights` scaled by their legs' `confidence` for this query (`scaled_by`)."""
+    return scaled_by(weights, {leg: confidence(legs[leg]) for leg in weights}, power)
 
 
 @dataclass(frozen=True)
@@ -360,14 +368,14 @@ def is_key_terms(query: str) -> bool:
 
 # Search-box operators: in capitals they join words ("income AND capital gains"), they are not
 # the stop words "and", "or", "not" of a sentence.
-_OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b|[()]")
+SEARCH_OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b|[()]")
 
 
 def is_bare_words(query: str) -> bool:
     """Whether `query` is two or more words and none of them a stop word, operators (AND, OR,
     NOT in capitals, parentheses) aside: what a search box gets ("capital gains agricultural
     land", "Improved Statistical Alignment Models", "income AND (capital gains OR transfer)")."""
-    words = _OPERATORS.sub(" ", query)
+    words = SEARCH_OPERATORS.sub(" ", query)
     return len(words.split()) >= 2 and not any(w.lower() in STOPWORDS for w in WORD.findall(words))
 
 
