@@ -92,6 +92,12 @@ def _confident(weights: tuple[float, ...], z: list[dict[str, float]], power: flo
     return [s * sum(weights) / sum(scaled) for s in scaled]
 
 
+def _lse(per_doc: dict[str, list[float]], temp: float = 0.1) -> dict[str, float]:
+    """Each document's chunk BM25 scores as a soft maximum in units of the best chunk's."""
+    unit = temp * max(s for scores in per_doc.values() for s in scores)
+    return {d: temp * math.log(sum(math.exp(s / unit) for s in v)) for d, v in per_doc.items()}
+
+
 def _chunk_bm25(retriever: Retriever, query: str = QUERY) -> dict[str, list[float]]:
     per_doc: dict[str, list[float]] = {}
     for one in retriever.store.search_text(query, 500, None):
@@ -175,9 +181,7 @@ def test_hybrid_fuses_a_short_query_by_its_rule(
     # scaled by its leg's confidence
     whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(query, 500, None)}
     assert (len(whole) < 5 / 2) is (weights[0] == 0.3)
-    chunks = _chunk_bm25(retriever, query)
-    unit = 0.1 * max(s for scores in chunks.values() for s in scores)
-    lse = {d: 0.1 * math.log(sum(math.exp(s / unit) for s in ss)) for d, ss in chunks.items()}
+    lse = _lse(_chunk_bm25(retriever, query))
     mean_cos, best_cos = _cosines(retriever, query)
     keys = set(whole) | set(lse) | set(mean_cos)
     assert len(keys) == 5 and {h.doc_id for h in hits} == keys
@@ -367,9 +371,9 @@ def test_a_lone_hit_shows_a_readable_score(tmp_path: Path) -> None:
 def test_a_short_list_of_key_terms_is_ranked_by_the_lexical_legs_alone(
     corpus: tuple[str, Path],
 ) -> None:
-    """A short hybrid query written as a list of terms ranks by zscore(1/3 whole-document BM25
-    + 2/3 chunk BM25 lse@0.1), without encoding the query; the same words as a sentence keep
-    the dense legs."""
+    """A short hybrid query written as a list of terms ranks by zscore(whole-document BM25,
+    chunk BM25 lse@0.1), 1 : 1 scaled by each leg's confidence (TERM_LIST_RULE), without
+    encoding the query; the same words as a sentence keep the dense legs."""
     db, _ = corpus
     retriever = Retriever("hyb", db=db)
     retriever._encoder = CountingEncoder(max_tokens=40)
@@ -379,14 +383,11 @@ def test_a_short_list_of_key_terms_is_ranked_by_the_lexical_legs_alone(
     assert CountingEncoder.calls == 0
     assert {"doc_lexical", "lexical", "fused"} == set(hits[0].scores)
     whole = {d.doc_id: d.raw_score for d in retriever.store.search_documents_text(terms, 500, None)}
-    per_doc: dict[str, list[float]] = {}
-    for one in retriever.store.search_text(terms, 500, None):
-        per_doc.setdefault(one.doc_id, []).append(one.raw_score)
-    unit = 0.1 * max(s for scores in per_doc.values() for s in scores)
-    lse = {d: 0.1 * math.log(sum(math.exp(s / unit) for s in ss)) for d, ss in per_doc.items()}
+    lse = _lse(_chunk_bm25(retriever, terms))
     keys = set(whole) | set(lse)
     z_whole, z_lse = _zscores(whole, keys), _zscores(lse, keys)
-    expected = {key: z_whole[key] / 3 + 2 * z_lse[key] / 3 for key in keys}
+    w_whole, w_lse = _confident((0.5, 0.5), [z_whole, z_lse], TERM_LIST_CONFIDENCE)
+    expected = {key: w_whole * z_whole[key] + w_lse * z_lse[key] for key in keys}
     assert [h.doc_id for h in hits] == sorted(keys, key=lambda key: (-expected[key], key))[:5]
     for hit in hits:
         assert hit.score == pytest.approx(expected[hit.doc_id], rel=1e-5, abs=1e-6)
@@ -473,12 +474,6 @@ def test_key_terms_with_a_joiner_are_not_encoded(corpus: tuple[str, Path]) -> No
     prose = retriever.search("vibration of the coolant pump night shift bearing", k=5)
     assert CountingEncoder.calls == 1
     assert {"doc_dense", "dense"} <= set(prose[0].scores)
-
-
-def _lse(per_doc: dict[str, list[float]], temp: float = 0.1) -> dict[str, float]:
-    """Each document's chunk BM25 scores as a soft maximum in units of the best chunk's."""
-    unit = temp * max(s for scores in per_doc.values() for s in scores)
-    return {d: temp * math.log(sum(math.exp(s / unit) for s in v)) for d, v in per_doc.items()}
 
 
 def test_a_key_term_list_ranks_the_judgment_that_holds_its_terms_throughout(
