@@ -14,6 +14,8 @@ legs as styles.rule_legs hands them), one rule per attempt:
   (the dense side's share falling where its best match is less decisive than the lexical one's);
 - `words:` attempts change how bare words (fusion.is_bare_words: a search box's words, not key
   terms) are ranked: the short rule's confidence power, or as key terms;
+- `noise:` attempts measure a leg's confidence against what noise alone reaches with as many
+  candidates (the typical largest of n normal draws): the excess over it, or the ratio to it;
 - `joined:` attempts widen what counts as key terms (fusion.is_key_terms) to queries whose only
   stop words are joiners standing between two content words, as in "burden of proof".
 Each is judged as styles.py judges: per set x style cell, the margin over max(lexical mode,
@@ -24,6 +26,7 @@ rule, and leave one corpus group out. Writes results/styles_terms.{json,md}.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import time
@@ -43,6 +46,7 @@ from benchmarks.eval_sets import RESULTS, machine, machine_lines, write_results 
 from docsearch import fusion  # noqa: E402
 from docsearch.fusion import (  # noqa: E402
     DOCUMENT_RULES,
+    KEY_TERMS,
     LONG,
     LONG_QUERY_WORDS,
     PLAIN,
@@ -103,6 +107,29 @@ def by_form(
         return words if is_bare_words(text) else plain
 
     return rule
+
+
+def noise_max(n: int) -> float:
+    """The z-score the best of n candidates scoring pure noise typically reaches: the location
+    of the extreme-value limit of the largest of n standard normal draws, sqrt(2 ln n) less
+    (ln ln n + ln 4 pi) / (2 sqrt(2 ln n)); 0 under 3 candidates."""
+    if n < 3:
+        return 0.0
+    root = math.sqrt(2 * math.log(n))
+    return max(0.0, root - (math.log(math.log(n)) + math.log(4 * math.pi)) / (2 * root))
+
+
+def above_noise(scores: fusion.Scores) -> float:
+    """fusion.confidence less noise_max of the leg's candidate count, at least 0.05 (a leg no
+    better than noise keeps a sliver of its weight); 0 where the leg cannot tell them apart."""
+    sure = fusion.confidence(scores)
+    return max(0.05, sure - noise_max(len(scores))) if sure else 0.0
+
+
+def over_noise(scores: fusion.Scores) -> float:
+    """fusion.confidence in units of noise_max of the leg's candidate count."""
+    sure, noise = fusion.confidence(scores), noise_max(len(scores))
+    return sure / noise if noise else sure
 
 
 def never(text: str) -> bool:
@@ -201,6 +228,21 @@ def attempts() -> dict[str, RuleOf]:
     out["words: search-box operators as stop words (the rule before)"] = operators_as_stop_words(
         by_form(never), short
     )
+    noise = {"excess": above_noise, "ratio": over_noise}
+    slot = {KEY_TERMS: "key_rule", PLAIN: "plain_rule", WORDS: "words_rule"}
+    for label, form, power in (
+        ("excess", WORDS, 0.5),
+        ("excess", WORDS, 1.0),
+        ("excess", WORDS, 2.0),
+        ("excess", KEY_TERMS, 1.0),
+        ("excess", PLAIN, SHORT_RULE_CONFIDENCE),
+        ("ratio", WORDS, 1.5),
+        ("ratio", WORDS, 2.0),
+        ("ratio", KEY_TERMS, 1.5),
+    ):
+        rule = replace(form_rule("hybrid", form), confidence=power, measure=noise[label])
+        name = f"noise: {form} queries, each leg x its confidence {label} over noise^{power}"
+        out[name] = by_form(never, **{slot[form]: rule})
     out["boolean: terms joined by AND / OR are key terms"] = by_form(boolean_terms)
     for label, joiners in (
         ("of", OF),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from docsearch.text import STOPWORDS, WORD
@@ -128,6 +128,9 @@ def confidence(scores: Scores) -> float:
     return (max(values) - mean) / std if std else 0.0
 
 
+best_z = confidence  # the name Fusion's `measure` defaults to (its own `confidence` is a field)
+
+
 def scaled_by(
     weights: Mapping[str, float], confidences: Mapping[str, float], power: float
 ) -> dict[str, float]:
@@ -142,10 +145,14 @@ def scaled_by(
 
 
 def weighed_by_confidence(
-    legs: Mapping[str, Scores], weights: Mapping[str, float], power: float
+    legs: Mapping[str, Scores],
+    weights: Mapping[str, float],
+    power: float,
+    measure: Callable[[Scores], float] = confidence,
 ) -> dict[str, float]:
-    """`weights` scaled by their legs' `confidence` for this query (`scaled_by`)."""
-    return scaled_by(weights, {leg: confidence(legs[leg]) for leg in weights}, power)
+    """`weights` scaled by their legs' confidence for this query, as `measure` reads it from
+    the leg's scores (`scaled_by`)."""
+    return scaled_by(weights, {leg: measure(legs[leg]) for leg in weights}, power)
 
 
 @dataclass(frozen=True)
@@ -172,9 +179,9 @@ class Fusion:
     name, or weighs 0, is left out); `aggregate` says how a chunk leg scores a document (max
     when not named); `tau` turns on the agreement guard; `rare` reweighs the lexical legs of a
     query whose words are rare (RareTerms); `confidence` weighs each leg by how decisively it
-    picks its best candidate for this query (`weighed_by_confidence`, that power). One weighted
-    leg ranks by its own scores. The bare constructor is unweighted RRF over the two chunk
-    legs."""
+    picks its best candidate for this query (`weighed_by_confidence`, that power), as `measure`
+    reads it (the product's rules keep `confidence`; studies try others). One weighted leg ranks
+    by its own scores. The bare constructor is unweighted RRF over the two chunk legs."""
 
     method: str = "rrf"
     weights: dict[str, float] = field(default_factory=lambda: {"dense": 1.0, "lexical": 1.0})
@@ -183,6 +190,7 @@ class Fusion:
     tau: float | None = None
     rare: RareTerms | None = None
     confidence: float | None = None
+    measure: Callable[[Scores], float] = best_z
 
     @property
     def uses_dense(self) -> bool:
@@ -207,7 +215,7 @@ class Fusion:
         if len(weights) == 1:
             return dict(legs[next(iter(weights))]), None
         if self.confidence:
-            weights = weighed_by_confidence(legs, weights, self.confidence)
+            weights = weighed_by_confidence(legs, weights, self.confidence, self.measure)
         agreement = self._agreement(legs, weights) if self.tau else None
         if agreement is not None:
             weights = {leg: w * agreement if is_dense(leg) else w for leg, w in weights.items()}

@@ -135,3 +135,18 @@ def test_the_bare_words_rule_is_the_short_rule_with_a_stronger_power() -> None:
     # the dense legs stand out less than whole-document BM25: the stronger power cuts them more
     assert strong["dense"] < gentle["dense"] < short.weights["dense"]
     assert BARE_WORDS_RULE(legs) == pytest.approx(by_hand(legs, short.weights, 1.0))
+
+
+def test_a_rule_reads_confidence_through_its_measure() -> None:
+    """The shipped rules measure a leg's confidence as `confidence` (its best z); a rule given
+    another measure weighs the legs by that. One that finds every leg equally sure leaves the
+    weights as they are, so the key-term case above turns back from x to y."""
+    legs = {
+        "doc_lexical": {**dict.fromkeys(OTHERS, 1.0), "x": 10.0, "y": 6.0},
+        "lexical": {**{d: 4.0 + 0.25 * i for i, d in enumerate(OTHERS)}, "x": 5.0, "y": 6.0},
+    }
+    assert all(rule.measure is confidence for rule in (TERM_LIST_RULE, BARE_WORDS_RULE))
+    level = replace(TERM_LIST_RULE, measure=lambda scores: 2.0)(legs)
+    assert level == pytest.approx(replace(TERM_LIST_RULE, confidence=None)(legs))
+    assert max(level, key=level.__getitem__) == "y"
+    assert max(TERM_LIST_RULE(legs), key=TERM_LIST_RULE(legs).__getitem__) == "x"
