@@ -5,7 +5,8 @@ parses it into a ParsedQuery before any leg runs; the legs, the document rule, t
 lift and every snippet read its fields instead of working them out again:
     text         the query as cleaned
     words        the query as its BM25 searches take it: a long one without the words most of
-                 the collection's chunks hold (`docsearch.common_words`)
+                 the collection's chunks hold (`docsearch.common_words`), search-box words
+                 without their operators (AND, OR, NOT in capitals, parentheses)
     stems        its content words' Snowball stems (snippets mark them)
     identifiers  its identifier-like tokens ("7.2(a)", "ISO 13485:2016"), matched verbatim
     instruments  the numbered instruments it names ("Amendment No. 3"; `docsearch.instruments`)
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from docsearch import instruments
 from docsearch.common_words import without_common
 from docsearch.errors import UsageError
-from docsearch.fusion import LONG, query_form
+from docsearch.fusion import LONG, SEARCH_OPERATORS, WORDS, query_form
 from docsearch.text import content_stems, identifiers
 
 # The longest queries of the evaluation sets here (whole-case queries aside) are abstracts of
@@ -56,6 +57,13 @@ class ParsedQuery:
         words = text
         if form == LONG and common_words is not None:
             words = without_common(text, common_words())
+        if form == WORDS:
+            # The operators the form was read with are syntax, not words to match: whole-
+            # document BM25 keeps stop words, so "and" would match every document, and a leg
+            # that returns every document looks less sure of its best (fusion.confidence) and
+            # never finds the words rare (fusion.RareTerms). NOT does not exclude: its word is
+            # searched for like the others.
+            words = " ".join(SEARCH_OPERATORS.sub(" ", text).split())
         return cls(
             text=text,
             words=words,

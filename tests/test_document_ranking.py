@@ -105,6 +105,22 @@ def _chunk_bm25(retriever: Retriever, query: str = QUERY) -> dict[str, list[floa
     return per_doc
 
 
+def test_search_box_operators_are_not_searched_for_as_words(corpus: tuple[str, Path]) -> None:
+    """AND in capitals joins the words of a search box. Whole-document BM25 keeps stop words,
+    so searched for as a word it would match "and" in the three filler documents, which hold
+    neither of the words joined; a sentence's "and" still counts as a word."""
+    db, _ = corpus
+    with Retriever("lex", db=db) as retriever:
+
+        def found(query: str) -> list[str]:
+            return _names(retriever.search(query, k=10, mode="lexical"))
+
+        joined, bare = found("coolant AND (pump OR vibration)"), found("coolant pump vibration")
+        sentence = found("the coolant pump and its vibration")
+    assert joined == bare == ["spread.txt", "single.txt"]
+    assert {f"other{i}.txt" for i in range(3)} <= set(sentence)
+
+
 def test_lexical_mode_ranks_the_spread_document_first(corpus: tuple[str, Path]) -> None:
     db, _ = corpus
     retriever = Retriever("lex", db=db)
