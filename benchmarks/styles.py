@@ -62,6 +62,7 @@ from docsearch.fusion import (  # noqa: E402
     SHORT_RULE_CONFIDENCE,
     TERM_LIST_CONFIDENCE,
     TERM_LIST_RULE,
+    UNSURE_DENSE_RATIO,
     WORDS,
     Fusion,
     aggregate,
@@ -801,17 +802,31 @@ def rare_terms(share: float, doc_lexical: float, lexical: float) -> Any:
     return evidence(rare_change(share, doc_lexical, lexical))
 
 
-def by_confidence(powers: dict[str, float]) -> Any:
+def unsure_dense(sure: dict[str, float], ratio: float | None) -> bool:
+    """fusion.UnsureDense.holds on a row's leg confidences (every row's doc-mean vector leg
+    returned documents: it returns the whole collection up to its pool)."""
+    lexical = sure["doc_lexical"]
+    return ratio is not None and lexical > 0 and sure["doc_dense"] < ratio * lexical
+
+
+def by_confidence(powers: dict[str, float], unsure: float | None = UNSURE_DENSE_RATIO) -> Any:
     """The rare-terms rule (fusion.RARE_TERMS), then each weight times its leg's confidence to
     the power `powers` gives the query's form (fusion.query_form: key terms, bare words, plain),
-    the total kept (fusion.scaled_by, as the product's Fusion.confidence; styles_terms.md)."""
+    the total kept (fusion.scaled_by, as the product's Fusion.confidence; styles_terms.md); bare
+    words whose doc-mean vector leg is less sure than `unsure` times whole-document BM25 ranked
+    as key terms instead (fusion.UnsureDense; None: never)."""
     rare = rare_change(0.5, 0.3, 0.3)
+    key_terms = np.array([TERM_LIST_RULE.weights.get(leg, 0.0) for leg in HYBRID_LEGS])
 
     def change(row: Row, weights: np.ndarray) -> np.ndarray:
-        weights = rare(row, weights)
+        form = query_form(row.text)
         sure = {leg: row.feats[f"confidence {leg}"] for leg in HYBRID_LEGS}
+        if form == WORDS and unsure_dense(sure, unsure):
+            weights, form = key_terms, KEY_TERMS  # ranked as key terms (fusion.UnsureDense)
+        else:
+            weights = rare(row, weights)
         given = dict(zip(HYBRID_LEGS, weights, strict=True))
-        named = scaled_by(given, sure, powers[query_form(row.text)])
+        named = scaled_by(given, sure, powers[form])
         return np.array([named[leg] for leg in HYBRID_LEGS])
 
     return evidence(change)
@@ -838,9 +853,13 @@ POWERS = {
 }
 SHIPPED = (
     f"rare terms, then legs x confidence^{TERM_LIST_CONFIDENCE} (key terms) / "
-    f"^{BARE_WORDS_CONFIDENCE} (bare words) / ^{SHORT_RULE_CONFIDENCE} (other short queries)"
+    f"^{BARE_WORDS_CONFIDENCE} (bare words; as key terms where the dense side is unsure, "
+    f"< {UNSURE_DENSE_RATIO} x BM25's) / ^{SHORT_RULE_CONFIDENCE} (other short queries)"
 )
 ATTEMPTS[SHIPPED] = by_confidence(POWERS)
+ATTEMPTS["the shipped rule without the unsure-dense switch (bare words)"] = by_confidence(
+    POWERS, None
+)
 MAIN = "lists d=0.0"  # the rule before the no-stop-word trigger: comma lists only
 
 

@@ -14,6 +14,9 @@ legs as styles.rule_legs hands them), one rule per attempt:
   (the dense side's share falling where its best match is less decisive than the lexical one's);
 - `words:` attempts change how bare words (fusion.is_bare_words: a search box's words, not key
   terms) are ranked: the short rule's confidence power, or as key terms;
+- `gate:` attempts move the point at which bare words whose dense side is unsure are ranked as
+  key terms (fusion.UnsureDense: the doc-mean vector leg's confidence against whole-document
+  BM25's), or drop it;
 - `noise:` attempts measure a leg's confidence against what noise alone reaches with as many
   candidates (the typical largest of n normal draws): the excess over it, or the ratio to it;
 - `joined:` attempts widen what counts as key terms (fusion.is_key_terms) to queries whose only
@@ -228,6 +231,14 @@ def attempts() -> dict[str, RuleOf]:
     out["words: search-box operators as stop words (the rule before)"] = operators_as_stop_words(
         by_form(never), short
     )
+    words_rule = form_rule("hybrid", WORDS)
+    out["gate: bare words never as key terms (the rule before)"] = by_form(
+        never, words_rule=replace(words_rule, unsure=None)
+    )
+    for ratio in (0.4, 0.45, 0.5, 0.6, 0.7):
+        unsure = fusion.UnsureDense(ratio, TERM_LIST_RULE)
+        name = f"gate: bare words as key terms where doc-mean z < {ratio} x whole-document BM25's"
+        out[name] = by_form(never, words_rule=replace(words_rule, unsure=unsure))
     noise = {"excess": above_noise, "ratio": over_noise}
     slot = {KEY_TERMS: "key_rule", PLAIN: "plain_rule", WORDS: "words_rule"}
     for label, form, power in (
@@ -240,7 +251,10 @@ def attempts() -> dict[str, RuleOf]:
         ("ratio", WORDS, 2.0),
         ("ratio", KEY_TERMS, 1.5),
     ):
-        rule = replace(form_rule("hybrid", form), confidence=power, measure=noise[label])
+        # without UnsureDense, as measured before it was chosen (styles.md, seventh round)
+        rule = replace(
+            form_rule("hybrid", form), confidence=power, measure=noise[label], unsure=None
+        )
         name = f"noise: {form} queries, each leg x its confidence {label} over noise^{power}"
         out[name] = by_form(never, **{slot[form]: rule})
     out["boolean: terms joined by AND / OR are key terms"] = by_form(boolean_terms)

@@ -10,7 +10,8 @@ both), `rrf` is reciprocal-rank fusion (Cormack et al., 2009).
 maximum in units of the query's best chunk). A `Fusion` is a rule: method, per-leg weights, the
 chunk legs' aggregators, optionally the agreement guard (dense weights x min(1, overlap@10 of
 the lexical and dense sides / tau)), and optionally `RareTerms` (other weights for the lexical
-legs where the legs returned show the query's words to be rare in the collection). Legs:
+legs where the legs returned show the query's words to be rare in the collection), and
+optionally `UnsureDense` (another rule where the dense side is unsure of its answer). Legs:
 `lexical` and `dense` are chunk legs (BM25, cosine), `doc_lexical` and `doc_dense` document
 legs (whole-document BM25, doc-mean vector cosine), `chunk_dense` a document's chunks matched
 with a query document's (query by document). The document rules were chosen by the doclevel
@@ -180,8 +181,9 @@ class Fusion:
     when not named); `tau` turns on the agreement guard; `rare` reweighs the lexical legs of a
     query whose words are rare (RareTerms); `confidence` weighs each leg by how decisively it
     picks its best candidate for this query (`weighed_by_confidence`, that power), as `measure`
-    reads it (the product's rules keep `confidence`; studies try others). One weighted leg ranks
-    by its own scores. The bare constructor is unweighted RRF over the two chunk legs."""
+    reads it (the product's rules keep `confidence`; studies try others); `unsure` hands a
+    query whose dense side is unsure to another rule (UnsureDense). One weighted leg ranks by
+    its own scores. The bare constructor is unweighted RRF over the two chunk legs."""
 
     method: str = "rrf"
     weights: dict[str, float] = field(default_factory=lambda: {"dense": 1.0, "lexical": 1.0})
@@ -191,6 +193,7 @@ class Fusion:
     rare: RareTerms | None = None
     confidence: float | None = None
     measure: Callable[[Scores], float] = best_z
+    unsure: UnsureDense | None = None
 
     @property
     def uses_dense(self) -> bool:
@@ -209,6 +212,8 @@ class Fusion:
         """(fused scores, the agreement factor, None without the guard)."""
         if self.method not in METHODS:
             raise ValueError(f"unknown fusion method {self.method!r} ({', '.join(METHODS)})")
+        if self.unsure is not None and self.unsure.holds(legs):
+            return self.unsure.rule.fuse(legs)
         weights = {leg: self.weights[leg] for leg in legs if self.weights.get(leg)}
         if self.rare and self.rare.holds(legs):
             weights = {leg: self.rare.weights.get(leg, w) for leg, w in weights.items()}
@@ -234,6 +239,25 @@ class Fusion:
         if not all(sides):
             return 1.0
         return min(1.0, overlap_at_10(*sides) / (self.tau or 1.0))
+
+
+@dataclass(frozen=True)
+class UnsureDense:
+    """Rank by `rule` instead where the dense side is unsure of its answer: the doc-mean vector
+    leg picks its best document less decisively than `ratio` times whole-document BM25 picks
+    its own (`confidence` of each). Read from what the legs returned; without either leg, or
+    where BM25 cannot tell its candidates apart, it does not hold. `rule` must aggregate the
+    chunk legs as the rule it stands in for does: it is handed the same legs."""
+
+    ratio: float
+    rule: Fusion
+
+    def holds(self, legs: Mapping[str, Scores]) -> bool:
+        lexical, dense = legs.get("doc_lexical"), legs.get("doc_dense")
+        if not lexical or not dense:
+            return False
+        sure = confidence(lexical)
+        return sure > 0 and confidence(dense) < self.ratio * sure
 
 
 # Chunk level: passages, and documents when no document leg can answer (a collection without a
@@ -399,7 +423,22 @@ def is_bare_words(query: str) -> bool:
 # tuning -0.555 -> -0.491, test -0.370 -> -0.315, no cell down more than 0.0090 (tuning) and
 # 0.0105 (test, title2paper boolean); as key terms instead they cost scifact's boolean 0.06.
 BARE_WORDS_CONFIDENCE = 1.0
-BARE_WORDS_RULE = replace(DOCUMENT_RULES["hybrid"], confidence=BARE_WORDS_CONFIDENCE)
+# Bare words whose dense side is unsure of its answer are ranked as key terms (TERM_LIST_RULE,
+# the lexical legs alone): where the doc-mean vector leg's best document stands out less than
+# UNSURE_DENSE_RATIO times as far as whole-document BM25's, the power above still leaves the
+# dense legs a share, and where MiniLM is weak even a small share costs (the legal lists' first
+# words: vector mode 0.13-0.34 against whole-document BM25's 0.85-0.96). Chosen on the query-
+# style suite's tuning split by the rule of the rounds before (benchmarks/styles_terms.py,
+# "gate:" rows; results/styles.md "Seventh round"): 0.55 cuts the shortfall most (-0.485 ->
+# -0.379) among the ratios that cost no cell more than 0.015 (cuad first words -0.0135; 0.6
+# cost qmsum's first words 0.0155); no original query is bare words. On test -0.305 -> -0.239,
+# qmsum's first words -0.048 (19 queries; 0.0035 above their bar).
+UNSURE_DENSE_RATIO = 0.55
+BARE_WORDS_RULE = replace(
+    DOCUMENT_RULES["hybrid"],
+    confidence=BARE_WORDS_CONFIDENCE,
+    unsure=UnsureDense(UNSURE_DENSE_RATIO, TERM_LIST_RULE),
+)
 
 # The forms of a query the document rules tell apart (`query_form`).
 LONG, KEY_TERMS, WORDS, PLAIN = "long", "key-terms", "words", "plain"

@@ -16,6 +16,7 @@ from docsearch.fusion import (
     SHORT_RULE_CONFIDENCE,
     TERM_LIST_CONFIDENCE,
     TERM_LIST_RULE,
+    UNSURE_DENSE_RATIO,
     confidence,
     document_rule,
     is_bare_words,
@@ -118,10 +119,11 @@ def test_bare_words_weigh_their_legs_by_confidence_more_strongly(query: str, rul
 
 
 def test_the_bare_words_rule_is_the_short_rule_with_a_stronger_power() -> None:
-    """The same legs, weights and rare-terms switch; only the confidence power differs, so a
-    search reports it as the hybrid rule."""
+    """The same legs, weights and rare-terms switch; only the confidence power differs (and the
+    switch to the key-term rule where the dense side is unsure, below), so a search reports it
+    as the hybrid rule."""
     short = DOCUMENT_RULES["hybrid"]
-    assert replace(BARE_WORDS_RULE, confidence=short.confidence) == short
+    assert replace(BARE_WORDS_RULE, confidence=short.confidence, unsure=None) == short
     assert BARE_WORDS_RULE.confidence == BARE_WORDS_CONFIDENCE > SHORT_RULE_CONFIDENCE
     assert rule_name(BARE_WORDS_RULE, "hybrid") == "hybrid"
     legs = {
@@ -134,7 +136,52 @@ def test_the_bare_words_rule_is_the_short_rule_with_a_stronger_power() -> None:
     gentle = weighed_by_confidence(legs, short.weights, SHORT_RULE_CONFIDENCE)
     # the dense legs stand out less than whole-document BM25: the stronger power cuts them more
     assert strong["dense"] < gentle["dense"] < short.weights["dense"]
+    assert not BARE_WORDS_RULE.unsure or not BARE_WORDS_RULE.unsure.holds(legs)
     assert BARE_WORDS_RULE(legs) == pytest.approx(by_hand(legs, short.weights, 1.0))
+
+
+def test_bare_words_whose_dense_side_is_unsure_are_ranked_as_key_terms() -> None:
+    """Whole-document BM25 singles out x (best z 3.6); the doc-mean vector leg's best, d7, stands
+    out far less (1.7, under 0.55 x 3.6): the query is ranked by the key-term rule, the lexical
+    legs alone, and the documents only the dense legs returned drop out. With a dense side as
+    sure as BM25 the four legs rank it as before."""
+    lexical = {
+        "doc_lexical": {"x": 9.0, "y": 3.0, "z": 2.0, **{f"b{i}": 1.0 for i in range(12)}},
+        "lexical": {"x": 5.0, "y": 4.0, "z": 1.0},
+    }
+    unsure_dense = {d: 0.30 + 0.01 * i for i, d in enumerate(OTHERS)} | {"x": 0.31, "y": 0.3}
+    legs = {**lexical, "doc_dense": unsure_dense, "dense": unsure_dense}
+    gate = BARE_WORDS_RULE.unsure
+    assert gate is not None and gate.rule is TERM_LIST_RULE and gate.ratio == UNSURE_DENSE_RATIO
+    assert confidence(unsure_dense) < UNSURE_DENSE_RATIO * confidence(lexical["doc_lexical"])
+    assert gate.holds(legs)
+    fused = BARE_WORDS_RULE(legs)
+    assert fused == pytest.approx(TERM_LIST_RULE(lexical))
+    assert set(fused) == set(lexical["doc_lexical"])  # d0-d7 only came from the dense legs
+    sure_dense = {"x": 0.9, "y": 0.2, "z": 0.21, **dict.fromkeys(OTHERS, 0.2)}
+    sure = {**lexical, "doc_dense": sure_dense, "dense": sure_dense}
+    assert not gate.holds(sure)
+    assert BARE_WORDS_RULE(sure) == pytest.approx(by_hand_any(sure, BARE_WORDS_RULE))
+    # no vector leg (a collection without vectors), or a BM25 leg that cannot tell its
+    # candidates apart: nothing to compare, the rule stands
+    assert not gate.holds(lexical)
+    assert not gate.holds({**legs, "doc_lexical": {"x": 1.0, "y": 1.0}})
+
+
+def by_hand_any(legs: dict[str, dict[str, float]], rule: object) -> dict[str, float]:
+    """The four-leg rule with confidence^1 written out for legs that need not return every key
+    (a key a leg lacks takes that leg's lowest z)."""
+    weights = {leg: w for leg, w in DOCUMENT_RULES["hybrid"].weights.items() if leg in legs}
+    sure = {leg: max(z_scores(legs[leg]).values()) for leg in weights}
+    scaled = {leg: w * sure[leg] for leg, w in weights.items()}
+    factor = sum(weights.values()) / sum(scaled.values())
+    keys = set().union(*legs.values())
+    out = dict.fromkeys(keys, 0.0)
+    for leg, w in scaled.items():
+        z = z_scores(legs[leg])
+        for key in keys:
+            out[key] += factor * w * z.get(key, min(z.values()))
+    return out
 
 
 def test_a_rule_reads_confidence_through_its_measure() -> None:
