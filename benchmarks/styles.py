@@ -55,6 +55,7 @@ from docsearch.corpora.beir import CorpusDoc, RetrievalSet, load_beir  # noqa: E
 from docsearch.evaluation import EvalIndex, ndcg_at_k  # noqa: E402
 from docsearch.fusion import (  # noqa: E402
     BARE_WORDS_CONFIDENCE,
+    BARE_WORDS_RULE,
     DOCUMENT_RULES,
     KEY_TERMS,
     LONG_QUERY_WORDS,
@@ -65,6 +66,7 @@ from docsearch.fusion import (  # noqa: E402
     UNSURE_DENSE_RATIO,
     WORDS,
     Fusion,
+    UnsureDense,
     aggregate,
     blend,
     confidence,
@@ -802,26 +804,22 @@ def rare_terms(share: float, doc_lexical: float, lexical: float) -> Any:
     return evidence(rare_change(share, doc_lexical, lexical))
 
 
-def unsure_dense(sure: dict[str, float], ratio: float | None) -> bool:
-    """fusion.UnsureDense.holds on a row's leg confidences (every row's doc-mean vector leg
-    returned documents: it returns the whole collection up to its pool)."""
-    lexical = sure["doc_lexical"]
-    return ratio is not None and lexical > 0 and sure["doc_dense"] < ratio * lexical
-
-
-def by_confidence(powers: dict[str, float], unsure: float | None = UNSURE_DENSE_RATIO) -> Any:
+def by_confidence(
+    powers: dict[str, float], unsure: UnsureDense | None = BARE_WORDS_RULE.unsure
+) -> Any:
     """The rare-terms rule (fusion.RARE_TERMS), then each weight times its leg's confidence to
     the power `powers` gives the query's form (fusion.query_form: key terms, bare words, plain),
     the total kept (fusion.scaled_by, as the product's Fusion.confidence; styles_terms.md); bare
-    words whose doc-mean vector leg is less sure than `unsure` times whole-document BM25 ranked
-    as key terms instead (fusion.UnsureDense; None: never)."""
+    words ranked as key terms instead where `unsure` says their dense side is (fusion.UnsureDense
+    on the row's confidences: every row's doc-mean vector leg returned documents, the whole
+    collection up to its pool; None: never)."""
     rare = rare_change(0.5, 0.3, 0.3)
     key_terms = np.array([TERM_LIST_RULE.weights.get(leg, 0.0) for leg in HYBRID_LEGS])
 
     def change(row: Row, weights: np.ndarray) -> np.ndarray:
         form = query_form(row.text)
         sure = {leg: row.feats[f"confidence {leg}"] for leg in HYBRID_LEGS}
-        if form == WORDS and unsure_dense(sure, unsure):
+        if form == WORDS and unsure and unsure.unsure(sure["doc_lexical"], sure["doc_dense"]):
             weights, form = key_terms, KEY_TERMS  # ranked as key terms (fusion.UnsureDense)
         else:
             weights = rare(row, weights)

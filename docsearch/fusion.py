@@ -256,8 +256,12 @@ class UnsureDense:
         lexical, dense = legs.get("doc_lexical"), legs.get("doc_dense")
         if not lexical or not dense:
             return False
-        sure = confidence(lexical)
-        return sure > 0 and confidence(dense) < self.ratio * sure
+        return self.unsure(confidence(lexical), confidence(dense))
+
+    def unsure(self, lexical: float, dense: float) -> bool:
+        """Whether a doc-mean vector leg this sure of its best (`dense`, its confidence) is
+        unsure beside whole-document BM25 this sure (`lexical`)."""
+        return lexical > 0 and dense < self.ratio * lexical
 
 
 # Chunk level: passages, and documents when no document leg can answer (a collection without a
@@ -403,11 +407,16 @@ def is_key_terms(query: str) -> bool:
 SEARCH_OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b|[()]")
 
 
+def without_operators(query: str) -> str:
+    """`query` without its search-box operators (SEARCH_OPERATORS), single-spaced."""
+    return " ".join(SEARCH_OPERATORS.sub(" ", query).split())
+
+
 def is_bare_words(query: str) -> bool:
     """Whether `query` is two or more words and none of them a stop word, operators (AND, OR,
     NOT in capitals, parentheses) aside: what a search box gets ("capital gains agricultural
     land", "Improved Statistical Alignment Models", "income AND (capital gains OR transfer)")."""
-    words = SEARCH_OPERATORS.sub(" ", query)
+    words = without_operators(query)
     return len(words.split()) >= 2 and not any(w.lower() in STOPWORDS for w in WORD.findall(words))
 
 

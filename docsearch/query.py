@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from docsearch import instruments
 from docsearch.common_words import without_common
 from docsearch.errors import UsageError
-from docsearch.fusion import LONG, SEARCH_OPERATORS, WORDS, query_form
+from docsearch.fusion import LONG, WORDS, query_form, without_operators
 from docsearch.text import content_stems, identifiers
 
 # The longest queries of the evaluation sets here (whole-case queries aside) are abstracts of
@@ -63,7 +63,7 @@ class ParsedQuery:
             # that returns every document looks less sure of its best (fusion.confidence) and
             # never finds the words rare (fusion.RareTerms). NOT does not exclude: its word is
             # searched for like the others.
-            words = " ".join(SEARCH_OPERATORS.sub(" ", text).split())
+            words = without_operators(text)
         return cls(
             text=text,
             words=words,
