@@ -208,12 +208,20 @@ class Fusion:
     def __call__(self, legs: Mapping[str, Scores]) -> dict[str, float]:
         return self.fuse(legs)[0]
 
+    def resolved(self, legs: Mapping[str, Scores]) -> Fusion:
+        """The rule that ranks `legs`: `unsure`'s rule where it holds (UnsureDense), else this
+        one. A search reports its name (docsearch.results.rule_name)."""
+        if self.unsure is not None and self.unsure.holds(legs):
+            return self.unsure.rule.resolved(legs)
+        return self
+
     def fuse(self, legs: Mapping[str, Scores]) -> tuple[dict[str, float], float | None]:
         """(fused scores, the agreement factor, None without the guard)."""
         if self.method not in METHODS:
             raise ValueError(f"unknown fusion method {self.method!r} ({', '.join(METHODS)})")
-        if self.unsure is not None and self.unsure.holds(legs):
-            return self.unsure.rule.fuse(legs)
+        ranked_by = self.resolved(legs)
+        if ranked_by is not self:
+            return ranked_by.fuse(legs)
         weights = {leg: self.weights[leg] for leg in legs if self.weights.get(leg)}
         if self.rare and self.rare.holds(legs):
             weights = {leg: self.rare.weights.get(leg, w) for leg, w in weights.items()}

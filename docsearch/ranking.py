@@ -43,8 +43,8 @@ class Ranking:
     def __init__(
         self, legs: dict[str, dict[str, float]], rule: Fusion, shown: dict[str, dict[str, float]]
     ) -> None:
-        self.rule = rule
-        self.fused, self.agreement = rule.fuse(legs)
+        self.rule = rule.resolved(legs)  # the rule that ranked: `rule`, or one it handed over to
+        self.fused, self.agreement = self.rule.fuse(legs)
         self.order = best_first(self.fused)
         self.shown = shown  # the scores a breakdown reports (raw: before any lift)
         self._legs = legs
@@ -116,9 +116,10 @@ class DocumentRanker:
         searched: Legs,
         k: int,
         flt: ChunkFilter,
-    ) -> list[Hit]:
+    ) -> tuple[list[Hit], Fusion]:
         """The top `k` documents by `rule`, each with its best passages (the chunk ranking's
-        order)."""
+        order), and the rule that ranked them: `rule`, or the one it handed these legs to
+        (Fusion.resolved)."""
         by_id = searched.by_id
         legs, shown = {}, {}
         for leg, cands in searched.found.items():
@@ -145,7 +146,7 @@ class DocumentRanker:
             if doc in named:
                 scores["instrument"] = {"rank": named[doc][0], "score": float(named[doc][1])}
             hits.append(Hit.of_document(passages[doc], ranking.fused[doc], scores))
-        return hits
+        return hits, ranking.rule
 
     def _passages(
         self,

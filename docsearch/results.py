@@ -11,7 +11,9 @@ since hybrid chose that rule for it; `rule` names the rule that ranked:
                                fusion.SIMILAR_RULES); in hybrid, bare words' too
                                (fusion.BARE_WORDS_RULE: the same legs and weights)
     long-query                 a hybrid query of fusion.LONG_QUERY_WORDS or more: the lexical rule
-    key-terms                  a short hybrid query of key terms: fusion.TERM_LIST_RULE
+    key-terms                  a short hybrid query of key terms: fusion.TERM_LIST_RULE; also
+                               bare words whose dense side was unsure of its answer, which
+                               BARE_WORDS_RULE hands to it (fusion.UnsureDense)
     chunk                      documents as their best chunk in each leg (no document leg could
                                answer), or passages (granularity "passage"): fusion.CHUNK_FUSION
     custom                     a rule the Retriever was given (`fusion=` or the settings')

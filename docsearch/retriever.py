@@ -276,8 +276,8 @@ class Retriever:
                 found = {**found, "lexical": plain_bm25}
             legs = Legs(found, chunks, by_id, ready)
             ranker = DocumentRanker(self.store)
-            hits = ranker.documents(parsed, vector, plan.rule, legs, k, flt)
-            return self._result(hits, asked, mode, rule_name(plan.rule, mode))
+            hits, ranked_by = ranker.documents(parsed, vector, plan.rule, legs, k, flt)
+            return self._result(hits, asked, mode, rule_name(ranked_by, mode))
         hits = [
             Hit.of_passage(passage(by_id[key], parsed, chunks.fused[key]), chunks.scores(key, i))
             for i, key in enumerate(chunks.order[:k], start=1)

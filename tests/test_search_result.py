@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,3 +49,52 @@ def test_the_rule_is_named_and_search_keeps_returning_hits(db: str) -> None:
         assert [h.chunk_id for h in hits] == [h.chunk_id for h in short.hits]
         lexical = retriever.search_result("tenant rent", mode="lexical", where="ordinal >= 0")
         assert (lexical.mode, lexical.rule) == ("lexical", "chunk")  # no document leg can answer
+
+
+def test_bare_words_handed_to_the_key_term_rule_report_it(tmp_path: Path) -> None:
+    """Bare words whose dense side is unsure of its answer (fusion.UnsureDense) are ranked by
+    the key-term rule, and the result names that rule, not the hybrid one it was handed from.
+    The filler words hash into the query words' buckets of the fake encoder, so every
+    document's mean vector looks about as near the query as the lease's does, while
+    whole-document BM25 singles the lease out."""
+    import random
+
+    from docsearch.fusion import BARE_WORDS_RULE, TERM_LIST_RULE
+    from tests.fakes import _bucket
+
+    query = "tenant rent"
+    buckets = {_bucket(word, 64) for word in query.split()}
+    alike = [w for w in (f"x{i}" for i in range(5000)) if _bucket(w, 64) in buckets][:8]
+    rng, vocabulary = random.Random(0), [f"w{i}" for i in range(400)]
+    (tmp_path / "docs").mkdir()
+    for i in range(12):
+        words = [rng.choice(vocabulary) for _ in range(120)] + alike * 3
+        rng.shuffle(words)
+        if i < 6:
+            words[10] = "rent"
+        (tmp_path / "docs" / f"other{i}.txt").write_text(" ".join(words))
+    words = [rng.choice(vocabulary) for _ in range(140)]
+    words[5] = words[50] = "tenant"
+    words[100] = words[130] = "rent"
+    (tmp_path / "docs" / "lease.txt").write_text(" ".join(words))
+    db = str(tmp_path / "db")
+    assert not index_into(db, tmp_path / "docs", "c").failed
+    with Retriever("c", settings=Settings(db=db)) as retriever:
+        result = retriever.search_result(query, mode="hybrid", k=20)
+        store = retriever.store
+        vector = retriever.encoder().encode_queries([query])[0]
+        legs = {
+            "doc_lexical": {
+                d.doc_id: d.score for d in store.search_documents_text(query, 500, None)
+            },
+            "doc_dense": {
+                d.doc_id: d.score for d in store.search_documents_vector(vector, 500, None)
+            },
+        }
+    assert BARE_WORDS_RULE.unsure is not None and BARE_WORDS_RULE.unsure.holds(legs)
+    assert BARE_WORDS_RULE.resolved(legs) is TERM_LIST_RULE
+    assert (result.mode, result.rule) == ("hybrid", "key-terms")
+    names = [Path(hit.path).name for hit in result.hits]
+    # ranked by the lexical legs alone: the lease first, only documents holding a query word
+    assert names[0] == "lease.txt"
+    assert set(names) == {"lease.txt", *(f"other{i}.txt" for i in range(6))}

@@ -155,12 +155,14 @@ def test_bare_words_whose_dense_side_is_unsure_are_ranked_as_key_terms() -> None
     assert gate is not None and gate.rule is TERM_LIST_RULE and gate.ratio == UNSURE_DENSE_RATIO
     assert confidence(unsure_dense) < UNSURE_DENSE_RATIO * confidence(lexical["doc_lexical"])
     assert gate.holds(legs)
+    assert BARE_WORDS_RULE.resolved(legs) is TERM_LIST_RULE  # what a search reports
+    assert rule_name(BARE_WORDS_RULE.resolved(legs), "hybrid") == "key-terms"
     fused = BARE_WORDS_RULE(legs)
     assert fused == pytest.approx(TERM_LIST_RULE(lexical))
     assert set(fused) == set(lexical["doc_lexical"])  # d0-d7 only came from the dense legs
     sure_dense = {"x": 0.9, "y": 0.2, "z": 0.21, **dict.fromkeys(OTHERS, 0.2)}
     sure = {**lexical, "doc_dense": sure_dense, "dense": sure_dense}
-    assert not gate.holds(sure)
+    assert not gate.holds(sure) and BARE_WORDS_RULE.resolved(sure) is BARE_WORDS_RULE
     assert BARE_WORDS_RULE(sure) == pytest.approx(by_hand_any(sure, BARE_WORDS_RULE))
     # no vector leg (a collection without vectors), or a BM25 leg that cannot tell its
     # candidates apart: nothing to compare, the rule stands
