@@ -13,8 +13,11 @@ key-term rule needs whole-document BM25 most (results/styles.md, "Fifth round");
 tells them from the other sets' queries could weigh the lexical legs per query. Writes
 results/styles_coverage.{json,md}: medians and the share of queries under 0.75, per set and
 per set x style. With `--rules`, also scores rules that give a key-term query whose spread is
-under a bound more whole-document BM25 (styles_terms.study: tuning and test margins, summed
-shortfall, the most any cell loses against the shipped rule). Nothing here is used by the product.
+under a bound more whole-document BM25, and rules that rank bare words (fusion.is_bare_words)
+by whole-document BM25 where their spread (or passage share) is under a bound, with or without
+the dense side also unsure of its answer (fusion.UnsureDense's test at another ratio)
+(styles_terms.study: tuning and test margins, summed shortfall, the most any cell loses against
+the shipped rule, the cells it puts below the bar). Nothing here is used by the product.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,16 @@ if __name__ == "__main__" and not __package__:  # `python benchmarks/x.py`: the 
 from benchmarks import styles as S  # noqa: E402
 from benchmarks.eval_sets import RESULTS, machine, machine_lines, write_results  # noqa: E402
 from docsearch.common_words import common_words  # noqa: E402
-from docsearch.fusion import KEY_TERMS, LONG, TERM_LIST_RULE, Fusion, query_form  # noqa: E402
+from docsearch.fusion import (  # noqa: E402
+    BARE_WORDS_RULE,
+    KEY_TERMS,
+    LONG,
+    TERM_LIST_RULE,
+    WORDS,
+    Fusion,
+    UnsureDense,
+    query_form,
+)  # noqa: E402
 from docsearch.indexer.filters import ChunkFilter  # noqa: E402
 from docsearch.query import ParsedQuery, clean_query  # noqa: E402
 from docsearch.text import content_stems  # noqa: E402
@@ -61,10 +74,10 @@ def coverage(store: Any, text: str, doc_text: dict[str, str]) -> dict[str, float
 
 
 def measure(
-    cache: Path, indexes: Path, spreads: dict[str, float] | None = None
+    cache: Path, indexes: Path, by_text: dict[str, dict[str, float]] | None = None
 ) -> dict[tuple[str, str], list[dict[str, float]]]:
-    """Per (set, style), each short query's measures; `spreads` gets each key-term query's
-    spread by its text."""
+    """Per (set, style), each short query's measures; `by_text` gets each key-term or bare-words
+    query's measures by its text."""
     out: dict[tuple[str, str], list[dict[str, float]]] = defaultdict(list)
     for sample in S.SAMPLES:
         path = cache / f"{sample.name}.pkl"
@@ -83,43 +96,62 @@ def measure(
                     found = coverage(store, text, doc_text)
                     if found is not None:
                         out[(q.dataset, style)].append(found)
-                        if spreads is not None and query_form(clean_query(text)) == KEY_TERMS:
-                            spreads.setdefault(text, found["spread"])
+                        form = query_form(clean_query(text))
+                        if by_text is not None and form in (KEY_TERMS, WORDS):
+                            by_text.setdefault(text, found)
         print(f"{sample.name}: measured", file=sys.stderr, flush=True)
     return out
 
 
-def spread_rules(measured_spread: dict[str, float]) -> dict[str, Any]:
-    """styles_terms attempts: the shipped rule, and key terms whose spread is under a bound
-    ranked with whole-document BM25 weighing `w` (chunk BM25 1 - w)."""
+def doc_heavy(w: float) -> Fusion:
+    """Whole-document BM25 weighing `w`, chunk BM25 1 - w (z-scored); 1: BM25 alone."""
+    if w == 1.0:
+        return Fusion("zscore", {"doc_lexical": 1.0})
+    return Fusion("zscore", {"doc_lexical": w, "lexical": 1 - w}, aggregate={"lexical": "lse@0.1"})
+
+
+def spread_rules(by_text: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """styles_terms attempts: the shipped rule; key terms whose spread is under a bound ranked
+    with whole-document BM25 weighing `w` (chunk BM25 1 - w); bare words whose spread is under
+    a bound ranked so; and bare words whose spread (or passage share) is under a bound and whose
+    dense side is unsure of its answer beside BM25 at `ratio` (UnsureDense) ranked by
+    whole-document BM25 alone, the other bare words as shipped."""
     from benchmarks import styles_terms as T
 
-    def gated(bound: float, w: float) -> Any:
-        heavy = Fusion(
-            "zscore", {"doc_lexical": w, "lexical": 1 - w}, aggregate={"lexical": "lse@0.1"}
-        )
-        shipped = T.by_form(T.never)
+    shipped = T.by_form(T.never)
 
+    def gated(form_rule: Fusion, bound: float, then: Fusion, key: str = "spread") -> Any:
         def rule(text: str) -> Fusion:
             chosen = shipped(text)
-            if chosen is TERM_LIST_RULE and measured_spread.get(text, 1.0) < bound:
-                return heavy
+            if chosen is form_rule and by_text.get(text, {}).get(key, 1.0) < bound:
+                return then
             return chosen
 
         return rule
 
-    out = {T.SHIPPED: T.by_form(T.never)}
+    out = {T.SHIPPED: shipped}
     for bound in (0.5, 0.6, 0.7, 0.8):
         for w in (0.75, 0.85, 1.0):
-            out[f"spread < {bound}: whole-document BM25 {w}"] = gated(bound, w)
+            name = f"spread < {bound}: whole-document BM25 {w}"
+            out[name] = gated(TERM_LIST_RULE, bound, doc_heavy(w))
+    for bound in (0.5, 0.6, 0.7, 0.8, 0.9):
+        for w in (0.5, 0.75, 0.85, 1.0):
+            name = f"bare words, spread < {bound}: whole-document BM25 {w}"
+            out[name] = gated(BARE_WORDS_RULE, bound, doc_heavy(w))
+    for key in ("spread", "passage"):
+        for bound in (0.6, 0.7, 0.8):
+            for ratio in (0.85, 1.0, 1.2):
+                unsure = replace(BARE_WORDS_RULE, unsure=UnsureDense(ratio, doc_heavy(1.0)))
+                name = f"bare words, {key} < {bound}, dense unsure < {ratio}: BM25 alone"
+                out[name] = gated(BARE_WORDS_RULE, bound, unsure, key)
     return out
 
 
-def score_rules(cache: Path, measured_spread: dict[str, float]) -> dict[str, Any]:
+def score_rules(cache: Path, by_text: dict[str, dict[str, float]]) -> dict[str, Any]:
     """Each spread rule's margins per role, as styles_terms judges its attempts."""
     from benchmarks import styles_terms as T
 
-    found = T.study(T.rows(cache), spread_rules(measured_spread))["summary"]
+    found = T.study(T.rows(cache), spread_rules(by_text))["summary"]
     shipped = found[T.SHIPPED]
     out: dict[str, Any] = {}
     for name, got in found.items():
@@ -127,7 +159,9 @@ def score_rules(cache: Path, measured_spread: dict[str, float]) -> dict[str, Any
         for role in ("tune", "test"):
             mine, theirs = got[role]["margins"], shipped[role]["margins"]
             lost = min(mine, key=lambda c: mine[c] - theirs[c])
+            below = [c for c in mine if mine[c] < -T.TOLERANCE <= theirs[c]]
             out[name][role] = {
+                "new below": below,
                 "fails": len(got[role]["fails"]),
                 "shortfall": got[role]["shortfall"],
                 "mean": got[role]["mean"],
@@ -184,15 +218,16 @@ def rules_table(rules: dict[str, Any] | None) -> list[str]:
         return []
     lines = [
         "",
-        "## Key-term rules gated by spread (`--rules`)",
+        "## Rules gated by spread (`--rules`)",
         "",
         "Margins over max(lexical mode, whole-document BM25) per set x style, as "
         "styles_terms.py judges; shortfall: margins below -0.005 summed; most lost: the cell "
-        "that loses most against the shipped rule.",
+        "that loses most against the shipped rule; new below: cells below -0.005 that pass "
+        "under the shipped rule.",
         "",
-        "| rule | tune fails | tune shortfall | tune mean | tune most lost "
-        "| test fails | test shortfall | test mean | test most lost |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rule | tune fails | tune shortfall | tune mean | tune most lost | tune new below "
+        "| test fails | test shortfall | test mean | test most lost | test new below |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, got in rules.items():
         cells = []
@@ -201,6 +236,7 @@ def rules_table(rules: dict[str, Any] | None) -> list[str]:
             cell, lost = r["most lost"]
             cells += [str(r["fails"]), f"{r['shortfall']:+.3f}", f"{r['mean']:.4f}"]
             cells.append(f"{cell} {lost:+.4f}")
+            cells.append(", ".join(r.get("new below", [])) or "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -211,8 +247,8 @@ def main() -> None:
     parser.add_argument("--indexes", type=Path, default=S.INDEXES)
     parser.add_argument("--rules", action="store_true", help="also score spread-gated rules")
     args = parser.parse_args()
-    spreads: dict[str, float] = {}
-    measured = measure(args.cache, args.indexes, spreads)
+    by_text: dict[str, dict[str, float]] = {}
+    measured = measure(args.cache, args.indexes, by_text)
     per_set: dict[str, list[dict[str, float]]] = defaultdict(list)
     for (dataset, _), values in measured.items():
         per_set[dataset] += values
@@ -222,7 +258,7 @@ def main() -> None:
         "cells": {f"{d} / {s}": summary(v) for (d, s), v in sorted(measured.items())},
     }
     if args.rules:
-        payload["rules"] = score_rules(args.cache, spreads)
+        payload["rules"] = score_rules(args.cache, by_text)
     command = "python -m benchmarks.styles_coverage --rules (after styles.py build and collect)"
     write_results(RESULTS, "styles_coverage", payload, markdown(payload, command))
 
