@@ -61,11 +61,13 @@ from docsearch.fusion import (  # noqa: E402
     LONG_QUERY_WORDS,
     PLAIN,
     SHORT_RULE_CONFIDENCE,
+    SPREAD_WORDS_RANK,
     TERM_LIST_CONFIDENCE,
     TERM_LIST_RULE,
     UNSURE_DENSE_RATIO,
     WORDS,
     Fusion,
+    SpreadWords,
     UnsureDense,
     aggregate,
     blend,
@@ -74,6 +76,7 @@ from docsearch.fusion import (  # noqa: E402
     is_key_terms,
     is_term_list,
     query_form,
+    rank_of_best,
     scaled_by,
 )
 from docsearch.indexer.filters import ChunkFilter  # noqa: E402
@@ -577,6 +580,7 @@ class Row:
     z: np.ndarray
     lex: np.ndarray
     lexical_only: np.ndarray  # whether a lexical leg found the key (rules without dense legs)
+    doc_found: np.ndarray  # whether whole-document BM25 found the key (that leg ranking alone)
     gains: np.ndarray
     ideal: float
     feats: dict[str, float]
@@ -594,6 +598,7 @@ def make_row(part: dict[str, Any], q: Query, style: str, text: str, legs: Legs) 
     lex = np.array([lexical.get(k, -np.inf) for k in keys])
     found = set(legs["doc_lexical"]) | set(legs["lexical"])
     lexical_only = np.array([k in found for k in keys])
+    doc_found = np.array([k in legs["doc_lexical"] for k in keys])
     gains = np.array([max(0, q.qrels.get(k, 0)) for k in keys], dtype=float)
     ideal = _dcg(sorted((g for g in q.qrels.values() if g > 0), reverse=True)[:10])
     agreement = Fusion("zscore", LEX_SIDE | DENSE_SIDE, tau=1.0).fuse(rule_legs(BEFORE_SHORT, legs))
@@ -612,6 +617,11 @@ def make_row(part: dict[str, Any], q: Query, style: str, text: str, legs: Legs) 
         else 1.0,
         # how decisively each leg picks its best document (fusion.confidence)
         **{f"confidence {leg}": confidence(legs[leg]) for leg in HYBRID_LEGS},
+        # chunk BM25's rank of whole-document BM25's best (fusion.SpreadWords; 0 where that
+        # rule cannot hold: a BM25 or doc-mean leg that returned nothing)
+        "best rank": rank_of_best(legs["doc_lexical"], legs["lexical"])
+        if legs["doc_lexical"] and legs["doc_dense"]
+        else 0.0,
     }
     modes = {name: ndcg10(rank(text, legs), q.qrels) for name, rank in mode_rankers().items()}
     return Row(
@@ -624,6 +634,7 @@ def make_row(part: dict[str, Any], q: Query, style: str, text: str, legs: Legs) 
         z,
         lex,
         lexical_only,
+        doc_found,
         gains,
         ideal,
         feats,
@@ -654,7 +665,7 @@ def rows_of(saved: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-ROWS_VERSION = 3  # 2: feats gained dense_cos and doc_share; 3: each leg's confidence
+ROWS_VERSION = 4  # 2: feats gained dense_cos and doc_share; 3: each leg's confidence; 4: best rank
 
 
 def cached_rows(cache: Path, indexes: Path = INDEXES, adapters: Path | None = None) -> list[Row]:
@@ -769,9 +780,13 @@ def today_weights(row: Row) -> np.ndarray:
     return share_weights(0.4)
 
 
+WHOLE_DOCUMENT = np.array([1.0, 0.0, 0.0, 0.0])  # whole-document BM25 alone
+
+
 def evidence(change: Any) -> Any:
     """An attempt: long queries by the lexical rule, short ones by `change(row, weights)`, which
-    returns new weights, or None for the lexical rule."""
+    returns new weights, None for the lexical rule, or WHOLE_DOCUMENT for whole-document BM25
+    alone (what it found, fusion.WHOLE_DOCUMENT_RULE)."""
 
     def ranked(row: Row) -> np.ndarray:
         if row.feats["words"] >= LONG_QUERY_WORDS:
@@ -779,6 +794,8 @@ def evidence(change: Any) -> Any:
         weights = change(row, today_weights(row))
         if weights is None:
             return row.lex
+        if weights is WHOLE_DOCUMENT:
+            return np.where(row.doc_found, row.z[0], -np.inf)
         fused = weights @ row.z
         if not weights[2:].any():
             fused = np.where(row.lexical_only, fused, -np.inf)
@@ -805,20 +822,27 @@ def rare_terms(share: float, doc_lexical: float, lexical: float) -> Any:
 
 
 def by_confidence(
-    powers: dict[str, float], unsure: UnsureDense | None = BARE_WORDS_RULE.unsure
+    powers: dict[str, float],
+    unsure: UnsureDense | None = BARE_WORDS_RULE.unsure,
+    spread: SpreadWords | None = BARE_WORDS_RULE.spread,
 ) -> Any:
     """The rare-terms rule (fusion.RARE_TERMS), then each weight times its leg's confidence to
     the power `powers` gives the query's form (fusion.query_form: key terms, bare words, plain),
     the total kept (fusion.scaled_by, as the product's Fusion.confidence; styles_terms.md); bare
     words ranked as key terms instead where `unsure` says their dense side is (fusion.UnsureDense
     on the row's confidences: every row's doc-mean vector leg returned documents, the whole
-    collection up to its pool; None: never)."""
+    collection up to its pool; None: never); and by whole-document BM25 alone before that where
+    `spread` says their words are spread through its best document (fusion.SpreadWords on the
+    row's best rank and confidences; None: never)."""
     rare = rare_change(0.5, 0.3, 0.3)
     key_terms = np.array([TERM_LIST_RULE.weights.get(leg, 0.0) for leg in HYBRID_LEGS])
 
     def change(row: Row, weights: np.ndarray) -> np.ndarray:
         form = query_form(row.text)
         sure = {leg: row.feats[f"confidence {leg}"] for leg in HYBRID_LEGS}
+        best_rank, lexical, dense = row.feats["best rank"], sure["doc_lexical"], sure["doc_dense"]
+        if form == WORDS and spread and best_rank and spread.spread(best_rank, lexical, dense):
+            return WHOLE_DOCUMENT  # fusion.SpreadWords
         if form == WORDS and unsure and unsure.unsure(sure["doc_lexical"], sure["doc_dense"]):
             weights, form = key_terms, KEY_TERMS  # ranked as key terms (fusion.UnsureDense)
         else:
@@ -852,11 +876,16 @@ POWERS = {
 SHIPPED = (
     f"rare terms, then legs x confidence^{TERM_LIST_CONFIDENCE} (key terms) / "
     f"^{BARE_WORDS_CONFIDENCE} (bare words; as key terms where the dense side is unsure, "
-    f"< {UNSURE_DENSE_RATIO} x BM25's) / ^{SHORT_RULE_CONFIDENCE} (other short queries)"
+    f"< {UNSURE_DENSE_RATIO} x BM25's; whole-document BM25 where the words are spread, chunk "
+    f"BM25's rank of its best >= {SPREAD_WORDS_RANK}, and the dense side less sure than "
+    f"BM25) / ^{SHORT_RULE_CONFIDENCE} (other short queries)"
 )
 ATTEMPTS[SHIPPED] = by_confidence(POWERS)
 ATTEMPTS["the shipped rule without the unsure-dense switch (bare words)"] = by_confidence(
-    POWERS, None
+    POWERS, None, None
+)
+ATTEMPTS["the shipped rule without the spread-words switch (bare words)"] = by_confidence(
+    POWERS, spread=None
 )
 MAIN = "lists d=0.0"  # the rule before the no-stop-word trigger: comma lists only
 

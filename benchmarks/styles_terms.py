@@ -17,6 +17,9 @@ legs as styles.rule_legs hands them), one rule per attempt:
 - `gate:` attempts move the point at which bare words whose dense side is unsure are ranked as
   key terms (fusion.UnsureDense: the doc-mean vector leg's confidence against whole-document
   BM25's), or drop it;
+- `spread:` attempts move the point at which bare words spread through their best document are
+  ranked by whole-document BM25 alone (fusion.SpreadWords: chunk BM25's rank of whole-document
+  BM25's best, and the dense side's confidence against BM25's), or drop it;
 - `noise:` attempts measure a leg's confidence against what noise alone reaches with as many
   candidates (the typical largest of n normal draws): the excess over it, or the ratio to it;
 - `joined:` attempts widen what counts as key terms (fusion.is_key_terms) to queries whose only
@@ -56,6 +59,7 @@ from docsearch.fusion import (  # noqa: E402
     SEARCH_OPERATORS,
     SHORT_RULE_CONFIDENCE,
     TERM_LIST_RULE,
+    WHOLE_DOCUMENT_RULE,
     WORDS,
     Fusion,
     form_rule,
@@ -239,6 +243,17 @@ def attempts() -> dict[str, RuleOf]:
         unsure = fusion.UnsureDense(ratio, TERM_LIST_RULE)
         name = f"gate: bare words as key terms where doc-mean z < {ratio} x whole-document BM25's"
         out[name] = by_form(never, words_rule=replace(words_rule, unsure=unsure))
+    out["spread: bare words never by whole-document BM25 alone (the rule before)"] = by_form(
+        never, words_rule=replace(words_rule, spread=None)
+    )
+    for rank in (10, 12, 13, 14, 15, 20, 30):
+        for ratio in (0.85, 1.0, 1.2):
+            spread = fusion.SpreadWords(rank, fusion.UnsureDense(ratio, WHOLE_DOCUMENT_RULE))
+            name = (
+                f"spread: bare words by whole-document BM25 alone where chunk BM25 ranks its "
+                f"best >= {rank}th and doc-mean z < {ratio} x BM25's"
+            )
+            out[name] = by_form(never, words_rule=replace(words_rule, spread=spread))
     noise = {"excess": above_noise, "ratio": over_noise}
     slot = {KEY_TERMS: "key_rule", PLAIN: "plain_rule", WORDS: "words_rule"}
     for label, form, power in (

@@ -14,6 +14,9 @@ since hybrid chose that rule for it; `rule` names the rule that ranked:
     key-terms                  a short hybrid query of key terms: fusion.TERM_LIST_RULE; also
                                bare words whose dense side was unsure of its answer, which
                                BARE_WORDS_RULE hands to it (fusion.UnsureDense)
+    whole-document             bare words spread through their best document, the dense side
+                               less sure than BM25: whole-document BM25 alone
+                               (fusion.SpreadWords, WHOLE_DOCUMENT_RULE)
     chunk                      documents as their best chunk in each leg (no document leg could
                                answer), or passages (granularity "passage"): fusion.CHUNK_FUSION
     custom                     a rule the Retriever was given (`fusion=` or the settings')
@@ -32,6 +35,7 @@ from docsearch.fusion import (
     DOCUMENT_RULES,
     SIMILAR_RULES,
     TERM_LIST_RULE,
+    WHOLE_DOCUMENT_RULE,
     Fusion,
 )
 
@@ -61,6 +65,8 @@ def rule_name(rule: Fusion, mode: str) -> str:
         return "chunk"
     if rule is TERM_LIST_RULE:
         return "key-terms"
+    if rule is WHOLE_DOCUMENT_RULE:
+        return "whole-document"
     if mode == "hybrid" and rule is DOCUMENT_RULES["lexical"]:
         return "long-query"
     if rule is BARE_WORDS_RULE:

@@ -98,3 +98,56 @@ def test_bare_words_handed_to_the_key_term_rule_report_it(tmp_path: Path) -> Non
     # ranked by the lexical legs alone: the lease first, only documents holding a query word
     assert names[0] == "lease.txt"
     assert set(names) == {"lease.txt", *(f"other{i}.txt" for i in range(6))}
+
+
+def test_bare_words_spread_through_one_document_rank_by_whole_document_bm25(
+    tmp_path: Path,
+) -> None:
+    """The lease names the tenant and the rent three times each, in passages far apart; fifteen
+    memos each hold one passage with both words once. Whole-document BM25 ranks the lease
+    first, chunk BM25 ranks its passages below every memo's, and the fake encoder's mean
+    vectors (filler hashed into the query words' buckets) cannot tell the documents apart: the
+    words are spread through the lease (fusion.SpreadWords), so whole-document BM25 alone
+    ranks, and the result says so."""
+    import random
+
+    from docsearch.fusion import BARE_WORDS_RULE, WHOLE_DOCUMENT_RULE, rank_of_best
+    from tests.fakes import _bucket
+
+    query = "tenant rent"
+    buckets = {_bucket(word, 64) for word in query.split()}
+    alike = [w for w in (f"x{i}" for i in range(5000)) if _bucket(w, 64) in buckets][:8]
+    rng, vocabulary = random.Random(0), [f"w{i}" for i in range(400)]
+
+    def filler(n: int) -> list[str]:
+        words = [rng.choice(vocabulary) for _ in range(n)] + alike * 2
+        rng.shuffle(words)
+        return words
+
+    (tmp_path / "docs").mkdir()
+    for i in range(15):
+        words = filler(230)
+        words[120:120] = ["tenant", "rent"]
+        (tmp_path / "docs" / f"memo{i:02d}.txt").write_text(" ".join(words))
+    lease = filler(230)
+    lease[5:5] = ["tenant"] * 3
+    lease[-5:-5] = ["rent"] * 3
+    (tmp_path / "docs" / "lease.txt").write_text(" ".join(lease))
+    db = str(tmp_path / "db")
+    assert not index_into(db, tmp_path / "docs", "c").failed
+    with Retriever("c", settings=Settings(db=db)) as retriever:
+        result = retriever.search_result(query, mode="hybrid", k=20)
+        store = retriever.store
+        vector = retriever.encoder().encode_queries([query])[0]
+        whole = {d.doc_id: d.score for d in store.search_documents_text(query, 500, None)}
+        chunks: dict[str, float] = {}
+        for one in store.search_text(query, 500, None):
+            chunks[one.doc_id] = max(chunks.get(one.doc_id, 0.0), one.score)
+        dense = {d.doc_id: d.score for d in store.search_documents_vector(vector, 500, None)}
+    legs = {"doc_lexical": whole, "lexical": chunks, "doc_dense": dense}
+    assert rank_of_best(whole, chunks) == 16  # every memo's passage above the lease's
+    assert BARE_WORDS_RULE.resolved(legs) is WHOLE_DOCUMENT_RULE
+    assert (result.mode, result.rule) == ("hybrid", "whole-document")
+    names = [Path(hit.path).name for hit in result.hits]
+    assert names[0] == "lease.txt" and len(names) == 16
+    assert [hit.doc_id for hit in result.hits] == sorted(whole, key=lambda d: (-whole[d], d))

@@ -10,13 +10,20 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from docsearch.fusion import Fusion, document_rule
+from docsearch.fusion import (
+    BARE_WORDS_RULE,
+    TERM_LIST_RULE,
+    WHOLE_DOCUMENT_RULE,
+    Fusion,
+    document_rule,
+)
 
 LEGS = ("lexical", "dense", "doc_lexical", "doc_dense", "reference")
 QUERIES = (
     "coolant pump vibration in the night shift",  # a short sentence: the four-leg rule
     "capital gains; transfer of capital asset; agricultural land",  # a list: TERM_LIST_RULE
     " ".join(["word"] * 30),  # long: the lexical rule
+    "coolant pump vibration",  # bare words: BARE_WORDS_RULE and the rules it hands over to
 )
 
 
@@ -31,6 +38,8 @@ def _legs(rng: random.Random) -> dict[str, dict[str, float]]:
         leg: {d: rng.uniform(0.1, 20.0) for d in rng.sample(docs, rng.randint(1, 30))}
         for leg in LEGS
     }
+    if rng.random() < 0.5:  # a BM25 leg that singles one document out
+        legs["doc_lexical"][rng.choice(sorted(legs["doc_lexical"]))] = 200.0
     # Both aggregations of chunk BM25 score the documents of the same chunks.
     legs["lexical_sum5"] = {d: s * rng.uniform(1.0, 5.0) for d, s in legs["lexical"].items()}
     return legs
@@ -44,7 +53,8 @@ def test_the_fast_path_ranks_as_the_product(styles: ModuleType) -> None:
     rng = random.Random(7)
     shipped = styles.ATTEMPTS[styles.SHIPPED]
     before = styles.ATTEMPTS["before (d=0.4 for every short query)"]
-    for i in range(60):
+    handed: list[Fusion] = []  # the rules bare words were ranked by
+    for i in range(120):
         text = QUERIES[i % len(QUERIES)]
         legs = _legs(rng)
         relevant = rng.choice(sorted(set().union(*legs.values())))
@@ -54,6 +64,8 @@ def test_the_fast_path_ranks_as_the_product(styles: ModuleType) -> None:
         assert styles.fast_ndcg(row, shipped(row)) == pytest.approx(row.modes["hybrid"])
         assert styles.fast_ndcg(row, before(row)) == pytest.approx(row.modes["hybrid before"])
         product = styles.fuse(document_rule("hybrid", text), legs)
+        if document_rule("hybrid", text) is BARE_WORDS_RULE:
+            handed.append(BARE_WORDS_RULE.resolved(styles.rule_legs(BARE_WORDS_RULE, legs)))
         # (the lexical rule's scores are -inf for the keys only the dense legs found)
         fast = {k: s for k, s in zip(row.keys, shipped(row), strict=True) if np.isfinite(s)}
         assert _top(fast) == _top(product)
@@ -64,6 +76,10 @@ def test_the_fast_path_ranks_as_the_product(styles: ModuleType) -> None:
         fused = styles.fuse(rule, legs)
         summed = styles.share_weights(d) @ row.z
         assert np.allclose(summed, [fused[k] for k in row.keys], atol=1e-9)
+    # the random legs took each road bare words can take, so each was checked above
+    assert {id(rule) for rule in handed} == {
+        id(rule) for rule in (BARE_WORDS_RULE, TERM_LIST_RULE, WHOLE_DOCUMENT_RULE)
+    }
 
 
 def test_the_stress_rows_take_another_querys_dense_legs(styles: ModuleType) -> None:

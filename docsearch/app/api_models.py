@@ -149,7 +149,7 @@ class SearchAnswer(BaseModel):
     asked_mode: str = Field(description="the mode asked for, or the collection's default")
     rule: str = Field(
         description="the rule that ranked: hybrid, lexical, vector, long-query, "
-        "key-terms, chunk or custom (docsearch.results)"
+        "key-terms, whole-document, chunk or custom (docsearch.results)"
     )
     fallback: str | None = Field(
         description="why mode is not asked_mode: 'no vectors' or "

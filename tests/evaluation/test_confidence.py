@@ -14,12 +14,16 @@ from docsearch.fusion import (
     BARE_WORDS_RULE,
     DOCUMENT_RULES,
     SHORT_RULE_CONFIDENCE,
+    SPREAD_WORDS_RANK,
     TERM_LIST_CONFIDENCE,
     TERM_LIST_RULE,
     UNSURE_DENSE_RATIO,
+    WHOLE_DOCUMENT_RULE,
+    best_first,
     confidence,
     document_rule,
     is_bare_words,
+    rank_of_best,
     weighed_by_confidence,
 )
 from docsearch.results import rule_name
@@ -120,10 +124,11 @@ def test_bare_words_weigh_their_legs_by_confidence_more_strongly(query: str, rul
 
 def test_the_bare_words_rule_is_the_short_rule_with_a_stronger_power() -> None:
     """The same legs, weights and rare-terms switch; only the confidence power differs (and the
-    switch to the key-term rule where the dense side is unsure, below), so a search reports it
-    as the hybrid rule."""
+    switches to the key-term rule where the dense side is unsure and to whole-document BM25
+    where the words are spread, below), so a search reports it as the hybrid rule."""
     short = DOCUMENT_RULES["hybrid"]
-    assert replace(BARE_WORDS_RULE, confidence=short.confidence, unsure=None) == short
+    plain = replace(BARE_WORDS_RULE, confidence=short.confidence, unsure=None, spread=None)
+    assert plain == short
     assert BARE_WORDS_RULE.confidence == BARE_WORDS_CONFIDENCE > SHORT_RULE_CONFIDENCE
     assert rule_name(BARE_WORDS_RULE, "hybrid") == "hybrid"
     legs = {
@@ -199,3 +204,57 @@ def test_a_rule_reads_confidence_through_its_measure() -> None:
     assert level == pytest.approx(replace(TERM_LIST_RULE, confidence=None)(legs))
     assert max(level, key=level.__getitem__) == "y"
     assert max(TERM_LIST_RULE(legs), key=TERM_LIST_RULE(legs).__getitem__) == "x"
+
+
+def spread_legs(above: int, dense_sure: bool = False) -> dict[str, dict[str, float]]:
+    """Twenty documents; whole-document BM25 singles out x (9.0 against 1.0-1.9); chunk BM25
+    ranks `above` documents ahead of x (their passages hold more of the words); the doc-mean
+    vector leg barely tells the documents apart, or (`dense_sure`) singles out x."""
+    others = [f"b{i:02d}" for i in range(19)]
+    whole = {"x": 9.0, **{d: 1.0 + 0.05 * i for i, d in enumerate(others)}}
+    chunks = {d: 5.0 - 0.1 * i if i < above else 1.0 - 0.01 * i for i, d in enumerate(others)}
+    dense = {d: 0.30 + 0.001 * i for i, d in enumerate(others)} | {"x": 0.305}
+    if dense_sure:
+        dense = dict.fromkeys(others, 0.2) | {"x": 0.9}
+    return {
+        "doc_lexical": whole,
+        "lexical": chunks | {"x": 2.0},
+        "doc_dense": dense,
+        "dense": dense,
+    }
+
+
+def test_bare_words_spread_through_their_best_document_are_ranked_by_it() -> None:
+    """x is whole-document BM25's best but chunk BM25's 15th: no passage of it holds the words
+    together. With the dense side less sure of its best than BM25, whole-document BM25 alone
+    ranks (and the search names that rule); x 14th ranks so too, 13th does not; a dense side
+    surer than BM25 keeps the four legs."""
+    gate = BARE_WORDS_RULE.spread
+    assert gate is not None and gate.rank == SPREAD_WORDS_RANK == 14
+    assert gate.unsure.ratio == 1.0 and gate.unsure.rule is WHOLE_DOCUMENT_RULE
+    legs = spread_legs(above=14)
+    assert rank_of_best(legs["doc_lexical"], legs["lexical"]) == 15
+    assert confidence(legs["doc_dense"]) < confidence(legs["doc_lexical"])
+    assert gate.holds(legs) and BARE_WORDS_RULE.resolved(legs) is WHOLE_DOCUMENT_RULE
+    assert BARE_WORDS_RULE(legs) == legs["doc_lexical"]  # BM25's own scores, its order
+    assert rule_name(BARE_WORDS_RULE.resolved(legs), "hybrid") == "whole-document"
+    assert gate.holds(spread_legs(above=13))  # x 14th: at the bound
+    near = spread_legs(above=12)  # x 13th: a passage of it is near enough the top
+    assert not gate.holds(near) and BARE_WORDS_RULE.resolved(near) is not WHOLE_DOCUMENT_RULE
+    sure = spread_legs(above=14, dense_sure=True)
+    assert confidence(sure["doc_dense"]) > confidence(sure["doc_lexical"])
+    assert not gate.holds(sure) and BARE_WORDS_RULE.resolved(sure) is BARE_WORDS_RULE
+    # chunk BM25 found no passage of x at all: as spread as it gets
+    missing = {**legs, "lexical": {d: s for d, s in legs["lexical"].items() if d != "x"}}
+    assert gate.holds(missing)
+    # without a chunk BM25 leg or a vector leg there is nothing to compare: the rule stands
+    assert not gate.holds({k: v for k, v in legs.items() if k != "lexical"})
+    assert not gate.holds({k: v for k, v in legs.items() if k != "doc_dense"})
+
+
+def test_the_rank_of_the_best_follows_best_first_ties() -> None:
+    among = {"c": 3.0, "a": 3.0, "z": 3.0, "0": 1.0}
+    assert rank_of_best({"a": 2.0, "b": 1.0}, among) == best_first(among).index("a") + 1 == 1
+    assert rank_of_best({"z": 2.0}, among) == best_first(among).index("z") + 1 == 3
+    assert rank_of_best({"0": 2.0}, among) == 4
+    assert rank_of_best({"q": 2.0}, among) == float("inf")
