@@ -11,7 +11,10 @@ measures on speed.py's synthetic 100k-chunk collection (query encoding excluded,
   `confidence`), in interleaved rounds (the order
   flips each round) over four kinds of short query: speed.py's 3 words, 6 space-separated
   words (key terms now: no dense legs), 3 comma-separated terms (a list now) and 6 words with
-  an "of" inside (key terms since the joiner).
+  an "of" inside (key terms since the joiner);
+- `spread`: speed.py's 3 words through the shipped rules against the same without the
+  spread-words switch (fusion.SpreadWords: a Retriever given BARE_WORDS_RULE without it), in
+  interleaved rounds, and how many of the queries the switch ranks (rule "whole-document").
 Writes benchmarks/results/rule_latency.{json,md}; the load average is recorded per round.
 """
 
@@ -112,6 +115,34 @@ def a_b(db: str, n: int, rounds: int) -> dict[str, Any]:
     return out
 
 
+def spread_a_b(db: str, n: int, rounds: int) -> dict[str, Any]:
+    """3-word queries: the shipped rules against them without the spread-words switch."""
+    from collections import Counter
+
+    from docsearch.fusion import BARE_WORDS_RULE
+    from docsearch.retriever import Retriever
+
+    rng = np.random.default_rng(7)
+    queries = query_kinds(rng, [f"w{i}" for i in range(20000)], n)["3 words"]
+    vectors = speed.clustered(n, rng, speed.CENTROIDS)
+    name = f"synthetic{SIZE}"
+    variants = {
+        "shipped": Retriever(name, db=db, encoder=speed.PrecomputedQueries(vectors)),  # type: ignore[arg-type]
+        "without spread": Retriever(
+            name,
+            db=db,
+            encoder=speed.PrecomputedQueries(vectors),  # type: ignore[arg-type]
+            fusion=replace(BARE_WORDS_RULE, spread=None),
+        ),
+    }
+    rules = Counter(variants["shipped"].search_result(q, k=10, mode="hybrid").rule for q in queries)
+    round_p50: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(rounds):
+        for variant in list(variants) if r % 2 == 0 else list(variants)[::-1]:
+            round_p50[variant].append(float(np.percentile(timed(variants[variant], queries), 50)))
+    return {"rules": dict(rules), "round_p50_ms": round_p50}
+
+
 def markdown(result: dict[str, Any]) -> str:
     recorded = result["speed_md"]
     here = result["speed"][str(SIZE)]
@@ -158,6 +189,20 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {kind} | {s['median_round_p50_ms']:.1f} | {f['median_round_p50_ms']:.1f} | "
             f"{ratio:.2f} | {s['p95_ms']:.1f} | {f['p95_ms']:.1f} | {rounds_s} | {rounds_f} |"
         )
+    spread = result.get("spread")
+    if spread:
+        p50 = spread["round_p50_ms"]
+        medians = {v: statistics.median(x) for v, x in p50.items()}
+        lines += [
+            "",
+            "## 3 words with and without the spread-words switch, interleaved",
+            "",
+            f"Rules the shipped retriever reported: {spread['rules']}. Rounds' p50s, ms: shipped "
+            f"{' '.join(f'{x:.1f}' for x in p50['shipped'])} (median {medians['shipped']:.1f}); "
+            f"without the switch {' '.join(f'{x:.1f}' for x in p50['without spread'])} "
+            f"(median {medians['without spread']:.1f}); ratio "
+            f"{medians['shipped'] / medians['without spread']:.2f}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -188,6 +233,7 @@ def main() -> None:
     result["speed_load"] = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     result["speed"] = speed.latency([SIZE], args.queries, db)
     result["a_b"] = a_b(db, args.queries, args.rounds)
+    result["spread"] = spread_a_b(db, args.queries, args.rounds)
     out = speed.RESULTS
     (out / "rule_latency.json").write_text(json.dumps(result, indent=2) + "\n")
     page = out / "rule_latency.md"
