@@ -221,12 +221,15 @@ class Fusion:
         return self
 
     def fuse(self, legs: Mapping[str, Scores]) -> tuple[dict[str, float], float | None]:
-        """(fused scores, the agreement factor, None without the guard)."""
-        if self.method not in METHODS:
-            raise ValueError(f"unknown fusion method {self.method!r} ({', '.join(METHODS)})")
-        ranked_by = self.resolved(legs)
-        if ranked_by is not self:
-            return ranked_by.fuse(legs)
+        """(fused scores, the agreement factor, None without the guard), by the rule that
+        ranks these legs (`resolved`)."""
+        self._check_method()
+        return self.resolved(legs).fuse_as_is(legs)
+
+    def fuse_as_is(self, legs: Mapping[str, Scores]) -> tuple[dict[str, float], float | None]:
+        """`fuse` by this rule's own weights, its switches (`spread`, `unsure`) not read again:
+        for a rule already `resolved` for these legs (a search resolves once, then fuses)."""
+        self._check_method()
         weights = {leg: self.weights[leg] for leg in legs if self.weights.get(leg)}
         if self.rare and self.rare.holds(legs):
             weights = {leg: self.rare.weights.get(leg, w) for leg, w in weights.items()}
@@ -238,6 +241,10 @@ class Fusion:
         if agreement is not None:
             weights = {leg: w * agreement if is_dense(leg) else w for leg, w in weights.items()}
         return blend({leg: legs[leg] for leg in weights}, weights, self.method, self.k), agreement
+
+    def _check_method(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown fusion method {self.method!r} ({', '.join(METHODS)})")
 
     def _agreement(self, legs: Mapping[str, Scores], weights: dict[str, float]) -> float | None:
         """min(1, overlap@10(lexical side, dense side) / tau), each side its legs fused; 1 when
@@ -305,11 +312,7 @@ class SpreadWords:
 def rank_of_best(by: Scores, among: Scores) -> float:
     """The 1-based rank in `among` of `by`'s best key (best_first's order), inf where `among`
     lacks it."""
-    best = best_first(by)[0]
-    if best not in among:
-        return math.inf
-    score = among[best]
-    return 1 + sum(1 for key, s in among.items() if s > score or (s == score and key < best))
+    return ranks(among).get(best_first(by)[0], math.inf)
 
 
 # Chunk level: passages, and documents when no document leg can answer (a collection without a

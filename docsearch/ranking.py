@@ -44,7 +44,7 @@ class Ranking:
         self, legs: dict[str, dict[str, float]], rule: Fusion, shown: dict[str, dict[str, float]]
     ) -> None:
         self.rule = rule.resolved(legs)  # the rule that ranked: `rule`, or one it handed over to
-        self.fused, self.agreement = self.rule.fuse(legs)
+        self.fused, self.agreement = self.rule.fuse_as_is(legs)
         self.order = best_first(self.fused)
         self.shown = shown  # the scores a breakdown reports (raw: before any lift)
         self._legs = legs

@@ -10,6 +10,7 @@ import pytest
 
 from docsearch.config import Settings
 from docsearch.errors import EncoderUnavailableError
+from docsearch.results import SearchResult
 from docsearch.retriever import Retriever
 from tests.helpers import index_into
 
@@ -51,6 +52,47 @@ def test_the_rule_is_named_and_search_keeps_returning_hits(db: str) -> None:
         assert (lexical.mode, lexical.rule) == ("lexical", "chunk")  # no document leg can answer
 
 
+QUERY = "tenant rent"
+
+
+def _alike_words(query: str) -> list[str]:
+    """Eight filler words the fake encoder hashes into the query words' buckets: documents
+    padded with them all look about as near the query to the dense side."""
+    from tests.fakes import _bucket
+
+    buckets = {_bucket(word, 64) for word in query.split()}
+    return [w for w in (f"x{i}" for i in range(5000)) if _bucket(w, 64) in buckets][:8]
+
+
+def _search_with_legs(
+    tmp_path: Path, texts: dict[str, str], query: str
+) -> tuple[SearchResult[Any], dict[str, dict[str, float]]]:
+    """`texts` indexed (file name -> text), `query` searched in hybrid, and the document-level
+    legs read from the store as a search reads them (chunk BM25 as each document's best)."""
+    (tmp_path / "docs").mkdir()
+    for name, text in texts.items():
+        (tmp_path / "docs" / name).write_text(text)
+    db = str(tmp_path / "db")
+    assert not index_into(db, tmp_path / "docs", "c").failed
+    with Retriever("c", settings=Settings(db=db)) as retriever:
+        result = retriever.search_result(query, mode="hybrid", k=20)
+        store = retriever.store
+        vector = retriever.encoder().encode_queries([query])[0]
+        chunks: dict[str, float] = {}
+        for one in store.search_text(query, 500, None):
+            chunks[one.doc_id] = max(chunks.get(one.doc_id, 0.0), one.score)
+        legs = {
+            "doc_lexical": {
+                d.doc_id: d.score for d in store.search_documents_text(query, 500, None)
+            },
+            "lexical": chunks,
+            "doc_dense": {
+                d.doc_id: d.score for d in store.search_documents_vector(vector, 500, None)
+            },
+        }
+    return result, legs
+
+
 def test_bare_words_handed_to_the_key_term_rule_report_it(tmp_path: Path) -> None:
     """Bare words whose dense side is unsure of its answer (fusion.UnsureDense) are ranked by
     the key-term rule, and the result names that rule, not the hybrid one it was handed from.
@@ -60,37 +102,21 @@ def test_bare_words_handed_to_the_key_term_rule_report_it(tmp_path: Path) -> Non
     import random
 
     from docsearch.fusion import BARE_WORDS_RULE, TERM_LIST_RULE
-    from tests.fakes import _bucket
 
-    query = "tenant rent"
-    buckets = {_bucket(word, 64) for word in query.split()}
-    alike = [w for w in (f"x{i}" for i in range(5000)) if _bucket(w, 64) in buckets][:8]
+    alike = _alike_words(QUERY)
     rng, vocabulary = random.Random(0), [f"w{i}" for i in range(400)]
-    (tmp_path / "docs").mkdir()
+    texts = {}
     for i in range(12):
         words = [rng.choice(vocabulary) for _ in range(120)] + alike * 3
         rng.shuffle(words)
         if i < 6:
             words[10] = "rent"
-        (tmp_path / "docs" / f"other{i}.txt").write_text(" ".join(words))
+        texts[f"other{i}.txt"] = " ".join(words)
     words = [rng.choice(vocabulary) for _ in range(140)]
     words[5] = words[50] = "tenant"
     words[100] = words[130] = "rent"
-    (tmp_path / "docs" / "lease.txt").write_text(" ".join(words))
-    db = str(tmp_path / "db")
-    assert not index_into(db, tmp_path / "docs", "c").failed
-    with Retriever("c", settings=Settings(db=db)) as retriever:
-        result = retriever.search_result(query, mode="hybrid", k=20)
-        store = retriever.store
-        vector = retriever.encoder().encode_queries([query])[0]
-        legs = {
-            "doc_lexical": {
-                d.doc_id: d.score for d in store.search_documents_text(query, 500, None)
-            },
-            "doc_dense": {
-                d.doc_id: d.score for d in store.search_documents_vector(vector, 500, None)
-            },
-        }
+    texts["lease.txt"] = " ".join(words)
+    result, legs = _search_with_legs(tmp_path, texts, QUERY)
     assert BARE_WORDS_RULE.unsure is not None and BARE_WORDS_RULE.unsure.holds(legs)
     assert BARE_WORDS_RULE.resolved(legs) is TERM_LIST_RULE
     assert (result.mode, result.rule) == ("hybrid", "key-terms")
@@ -112,11 +138,8 @@ def test_bare_words_spread_through_one_document_rank_by_whole_document_bm25(
     import random
 
     from docsearch.fusion import BARE_WORDS_RULE, WHOLE_DOCUMENT_RULE, rank_of_best
-    from tests.fakes import _bucket
 
-    query = "tenant rent"
-    buckets = {_bucket(word, 64) for word in query.split()}
-    alike = [w for w in (f"x{i}" for i in range(5000)) if _bucket(w, 64) in buckets][:8]
+    alike = _alike_words(QUERY)
     rng, vocabulary = random.Random(0), [f"w{i}" for i in range(400)]
 
     def filler(n: int) -> list[str]:
@@ -124,28 +147,18 @@ def test_bare_words_spread_through_one_document_rank_by_whole_document_bm25(
         rng.shuffle(words)
         return words
 
-    (tmp_path / "docs").mkdir()
+    texts = {}
     for i in range(15):
         words = filler(230)
         words[120:120] = ["tenant", "rent"]
-        (tmp_path / "docs" / f"memo{i:02d}.txt").write_text(" ".join(words))
+        texts[f"memo{i:02d}.txt"] = " ".join(words)
     lease = filler(230)
     lease[5:5] = ["tenant"] * 3
     lease[-5:-5] = ["rent"] * 3
-    (tmp_path / "docs" / "lease.txt").write_text(" ".join(lease))
-    db = str(tmp_path / "db")
-    assert not index_into(db, tmp_path / "docs", "c").failed
-    with Retriever("c", settings=Settings(db=db)) as retriever:
-        result = retriever.search_result(query, mode="hybrid", k=20)
-        store = retriever.store
-        vector = retriever.encoder().encode_queries([query])[0]
-        whole = {d.doc_id: d.score for d in store.search_documents_text(query, 500, None)}
-        chunks: dict[str, float] = {}
-        for one in store.search_text(query, 500, None):
-            chunks[one.doc_id] = max(chunks.get(one.doc_id, 0.0), one.score)
-        dense = {d.doc_id: d.score for d in store.search_documents_vector(vector, 500, None)}
-    legs = {"doc_lexical": whole, "lexical": chunks, "doc_dense": dense}
-    assert rank_of_best(whole, chunks) == 16  # every memo's passage above the lease's
+    texts["lease.txt"] = " ".join(lease)
+    result, legs = _search_with_legs(tmp_path, texts, QUERY)
+    whole = legs["doc_lexical"]
+    assert rank_of_best(whole, legs["lexical"]) == 16  # every memo's passage above the lease's
     assert BARE_WORDS_RULE.resolved(legs) is WHOLE_DOCUMENT_RULE
     assert (result.mode, result.rule) == ("hybrid", "whole-document")
     names = [Path(hit.path).name for hit in result.hits]
