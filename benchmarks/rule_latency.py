@@ -15,6 +15,10 @@ measures on speed.py's synthetic 100k-chunk collection (query encoding excluded,
 - `spread`: speed.py's 3 words through the shipped rules against the same without the
   spread-words switch (fusion.SpreadWords: a Retriever given BARE_WORDS_RULE without it), in
   interleaved rounds, and how many of the queries the switch ranks (rule "whole-document").
+- `versions` (with `--against COMMIT`): speed.py's three modes on the same collection in fresh
+  processes, this checkout's docsearch against COMMIT's (a git worktree), alternating. Why:
+  speed.md's figure was measured on another machine, and these 2-core hosts differ by 2x in
+  every search leg, so only a comparison on one host can tell what the code changed.
 Writes benchmarks/results/rule_latency.{json,md}; the load average is recorded per round.
 """
 
@@ -24,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +47,7 @@ from benchmarks import speed  # noqa: E402
 SIZE = 100_000
 NOTES = "<!-- notes: kept across runs -->"
 VARIANTS = ("shipped", "rule-free")
+MODES = ("lexical", "vector", "hybrid")
 
 
 def query_kinds(rng: np.random.Generator, vocab: list[str], n: int) -> dict[str, list[str]]:
@@ -143,6 +149,85 @@ def spread_a_b(db: str, n: int, rounds: int) -> dict[str, Any]:
     return {"rules": dict(rules), "round_p50_ms": round_p50}
 
 
+def mode_latency(checkout: str, db: str, n: int) -> dict[str, float]:
+    """p50 ms per mode of speed.py's 3-word queries, with `checkout`'s docsearch (a worker
+    process: nothing may have imported docsearch before)."""
+    sys.path.insert(0, checkout)
+    import docsearch
+    from docsearch.retriever import Retriever
+
+    # A docsearch from anywhere else (an installed copy) would time the wrong code in silence.
+    if not Path(docsearch.__file__).resolve().is_relative_to(Path(checkout).resolve()):
+        raise SystemExit(f"docsearch came from {docsearch.__file__}, not {checkout}")
+
+    rng = np.random.default_rng(7)
+    queries = query_kinds(rng, [f"w{i}" for i in range(20000)], n)["3 words"]
+    vectors = speed.clustered(n, rng, speed.CENTROIDS)
+    retriever = Retriever(f"synthetic{SIZE}", db=db, encoder=speed.PrecomputedQueries(vectors))  # type: ignore[arg-type]
+    out = {}
+    for mode in MODES:
+        retriever.search(queries[0], k=10, mode=mode)  # warm caches
+        times = []
+        for q in queries:
+            t0 = time.perf_counter()
+            retriever.search(q, k=10, mode=mode)
+            times.append((time.perf_counter() - t0) * 1000)
+        out[mode] = float(np.percentile(times, 50))
+    return out
+
+
+def versions_a_b(db: str, n: int, rounds: int, against: str) -> dict[str, Any]:
+    """Every round's p50 per mode for this checkout and `against` (a worktree of that commit),
+    each a fresh process, the order flipped each round."""
+    repo = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="docsearch-against-") as tmp:
+        tree = Path(tmp) / "tree"
+        git = ["git", "-C", str(repo), "worktree"]
+        subprocess.run(
+            [*git, "add", "--detach", str(tree), against], check=True, capture_output=True
+        )
+        try:
+            checkouts = {"this checkout": str(repo), against: str(tree)}
+            p50: dict[str, dict[str, list[float]]] = {c: {m: [] for m in MODES} for c in checkouts}
+            loads = []
+            for r in range(rounds):
+                loads.append(os.getloadavg()[0])
+                for name in list(checkouts) if r % 2 == 0 else list(checkouts)[::-1]:
+                    cmd = [sys.executable, "-m", "benchmarks.rule_latency", "--worker-checkout",
+                           checkouts[name], "--db", db, "--queries", str(n)]  # fmt: skip
+                    run = subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True)
+                    for mode, value in json.loads(run.stdout.splitlines()[-1]).items():
+                        p50[name][mode].append(value)
+                print(f"versions round {r + 1}: {p50}", file=sys.stderr, flush=True)
+        finally:
+            subprocess.run([*git, "remove", "--force", str(tree)], capture_output=True)
+    return {"against": against, "loads": loads, "round_p50_ms": p50}
+
+
+def versions_lines(versions: dict[str, Any]) -> list[str]:
+    against, p50 = versions["against"], versions["round_p50_ms"]
+    loads = ", ".join(f"{x:.2f}" for x in versions["loads"])
+    lines = [
+        "",
+        f"## speed.py's modes, this checkout against {against}, on this host",
+        "",
+        f"3-word queries, each checkout in a fresh process, {len(versions['loads'])} rounds, the "
+        f"order flipped each round; 1-minute load average at each round's start: {loads}.",
+        "",
+        f"| mode | this checkout p50 ms | {against} p50 ms | ratio | rounds, this checkout "
+        f"| rounds, {against} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode in MODES:
+        mine, theirs = p50["this checkout"][mode], p50[against][mode]
+        a, b = statistics.median(mine), statistics.median(theirs)
+        lines.append(
+            f"| {mode} | {a:.1f} | {b:.1f} | {a / b:.2f} | {' '.join(f'{x:.1f}' for x in mine)} "
+            f"| {' '.join(f'{x:.1f}' for x in theirs)} |"
+        )
+    return lines
+
+
 def markdown(result: dict[str, Any]) -> str:
     recorded = result["speed_md"]
     here = result["speed"][str(SIZE)]
@@ -203,6 +288,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"(median {medians['without spread']:.1f}); ratio "
             f"{medians['shipped'] / medians['without spread']:.2f}.",
         ]
+    if result.get("versions"):
+        lines += versions_lines(result["versions"])
     return "\n".join(lines) + "\n"
 
 
@@ -218,7 +305,15 @@ def main() -> None:
     parser.add_argument("--work", help="folder for the synthetic collection (kept; reused)")
     parser.add_argument("--queries", type=int, default=100, help="per kind, variant and round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--against", help="a commit whose docsearch runs speed.py's modes beside this checkout's"
+    )
+    parser.add_argument("--worker-checkout", help=argparse.SUPPRESS)  # versions' worker process
+    parser.add_argument("--db", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker_checkout:
+        print(json.dumps(mode_latency(args.worker_checkout, args.db, args.queries)))
+        return
     db = f"{args.work or tempfile.mkdtemp(prefix='docsearch-rules-')}/latency"
     result: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -234,6 +329,8 @@ def main() -> None:
     result["speed"] = speed.latency([SIZE], args.queries, db)
     result["a_b"] = a_b(db, args.queries, args.rounds)
     result["spread"] = spread_a_b(db, args.queries, args.rounds)
+    if args.against:
+        result["versions"] = versions_a_b(db, args.queries, args.rounds, args.against)
     out = speed.RESULTS
     (out / "rule_latency.json").write_text(json.dumps(result, indent=2) + "\n")
     page = out / "rule_latency.md"
