@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +47,7 @@ SIZE = 100_000
 NOTES = "<!-- notes: kept across runs -->"
 VARIANTS = ("shipped", "rule-free")
 MODES = ("lexical", "vector", "hybrid")
+VOCAB = [f"w{i}" for i in range(20000)]  # speed.py's made-up words
 
 
 def query_kinds(rng: np.random.Generator, vocab: list[str], n: int) -> dict[str, list[str]]:
@@ -81,19 +81,13 @@ def retrievers(db: str, name: str, vectors: np.ndarray) -> dict[str, Any]:
 
 
 def timed(retriever: Any, queries: list[str]) -> list[float]:
-    retriever.search(queries[0], k=10, mode="hybrid")  # warm caches
-    times = []
-    for q in queries:
-        t0 = time.perf_counter()
-        retriever.search(q, k=10, mode="hybrid")
-        times.append((time.perf_counter() - t0) * 1000)
-    return times
+    return speed.search_times(retriever, queries, "hybrid")
 
 
 def a_b(db: str, n: int, rounds: int) -> dict[str, Any]:
     """Per kind and variant: every round's p50 and the pooled p50/p95; the loads per round."""
     rng = np.random.default_rng(7)
-    kinds = query_kinds(rng, [f"w{i}" for i in range(20000)], n)
+    kinds = query_kinds(rng, VOCAB, n)
     legs = retrievers(db, f"synthetic{SIZE}", speed.clustered(n, rng, speed.CENTROIDS))
     times: dict[str, dict[str, list[float]]] = {k: {v: [] for v in VARIANTS} for k in kinds}
     round_p50: dict[str, dict[str, list[float]]] = {k: {v: [] for v in VARIANTS} for k in kinds}
@@ -129,7 +123,7 @@ def spread_a_b(db: str, n: int, rounds: int) -> dict[str, Any]:
     from docsearch.retriever import Retriever
 
     rng = np.random.default_rng(7)
-    queries = query_kinds(rng, [f"w{i}" for i in range(20000)], n)["3 words"]
+    queries = query_kinds(rng, VOCAB, n)["3 words"]
     vectors = speed.clustered(n, rng, speed.CENTROIDS)
     name = f"synthetic{SIZE}"
     variants = {
@@ -161,19 +155,13 @@ def mode_latency(checkout: str, db: str, n: int) -> dict[str, float]:
         raise SystemExit(f"docsearch came from {docsearch.__file__}, not {checkout}")
 
     rng = np.random.default_rng(7)
-    queries = query_kinds(rng, [f"w{i}" for i in range(20000)], n)["3 words"]
+    queries = query_kinds(rng, VOCAB, n)["3 words"]
     vectors = speed.clustered(n, rng, speed.CENTROIDS)
     retriever = Retriever(f"synthetic{SIZE}", db=db, encoder=speed.PrecomputedQueries(vectors))  # type: ignore[arg-type]
-    out = {}
-    for mode in MODES:
-        retriever.search(queries[0], k=10, mode=mode)  # warm caches
-        times = []
-        for q in queries:
-            t0 = time.perf_counter()
-            retriever.search(q, k=10, mode=mode)
-            times.append((time.perf_counter() - t0) * 1000)
-        out[mode] = float(np.percentile(times, 50))
-    return out
+    return {
+        mode: float(np.percentile(speed.search_times(retriever, queries, mode), 50))
+        for mode in MODES
+    }
 
 
 def versions_a_b(db: str, n: int, rounds: int, against: str) -> dict[str, Any]:
@@ -322,9 +310,7 @@ def main() -> None:
         "machine": f"{speed.platform.machine()}, {os.cpu_count()} CPUs",
         "speed_md": json.loads((speed.RESULTS / "speed.json").read_text())["latency"][str(SIZE)],
     }
-    speed.synthetic_collection(
-        db, f"synthetic{SIZE}", SIZE, np.random.default_rng(0), [f"w{i}" for i in range(20000)]
-    )
+    speed.synthetic_collection(db, f"synthetic{SIZE}", SIZE, np.random.default_rng(0), VOCAB)
     result["speed_load"] = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     result["speed"] = speed.latency([SIZE], args.queries, db)
     result["a_b"] = a_b(db, args.queries, args.rounds)

@@ -282,6 +282,17 @@ def synthetic_collection(
     return build, time.perf_counter() - start
 
 
+def search_times(retriever: Any, queries: list[str], mode: str) -> list[float]:
+    """Milliseconds per query of `retriever.search(q, k=10, mode=mode)`, after one warm-up."""
+    retriever.search(queries[0], k=10, mode=mode)  # warm caches
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        retriever.search(q, k=10, mode=mode)
+        times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
 def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
     from docsearch.retriever import Retriever
     from docsearch.store.reads import Store
@@ -306,12 +317,7 @@ def latency(sizes: list[int], n_queries: int, db: str) -> dict[str, Any]:
         }
         print(f"recall@10 at {size}: {out[str(size)]['recall_at_10']}", file=sys.stderr)
         for mode in ("lexical", "vector", "hybrid"):
-            retriever.search(queries[0], k=10, mode=mode)  # warm caches
-            times = []
-            for q in queries:
-                t0 = time.perf_counter()
-                retriever.search(q, k=10, mode=mode)
-                times.append((time.perf_counter() - t0) * 1000)
+            times = search_times(retriever, queries, mode)
             out[str(size)][mode] = {
                 "p50_ms": float(np.percentile(times, 50)),
                 "p95_ms": float(np.percentile(times, 95)),
